@@ -1,0 +1,1 @@
+"""Cython wire engine: codec, framing, links, credit, deliveries, forwarding."""

@@ -1,0 +1,308 @@
+# Addresses and their forwarders, and how outcomes travel back to producers. (Included by
+# engine.pyx.)
+#
+# Credit is proxied from consumers (DESIGN.md section 4, seed credit-accounting): the router
+# grants a producer credit only out of credit that consumers of its address have granted the
+# router and that is not already promised to another producer. So a producer of an address
+# with no consumer gets none, and nothing can pile up in the router beyond what consumers
+# asked for: the undelivered queue of an address is bounded by its consumers' credit.
+
+
+cdef class Address:
+    cdef readonly str name
+    cdef readonly int distribution
+    cdef Router router
+    cdef list consumers          # Links, router role sender
+    cdef list producers          # Links, router role receiver
+    cdef object undelivered      # anycast: inbound Deliveries waiting for a consumer's credit
+    cdef Py_ssize_t rr           # round-robin position over consumers
+    cdef Py_ssize_t grant_rr     # round-robin position over producers
+    cdef int64_t issued          # credit granted to producers and not used yet
+    cdef readonly int64_t n_in, n_out, n_accepted, n_released, n_rejected, n_modified
+    cdef readonly int64_t n_dropped   # presettled deliveries that lost their consumers in flight
+
+    def __cinit__(self):
+        self.consumers = []
+        self.producers = []
+        self.undelivered = deque()
+
+    @property
+    def consumer_count(self):
+        return len(self.consumers)
+
+    @property
+    def producer_count(self):
+        return len(self.producers)
+
+    @property
+    def undelivered_count(self):
+        return len(self.undelivered)
+
+    cdef int64_t capacity(self):
+        """Deliveries the consumers will take now: the sum of their credit for anycast (less
+        what already waits), the smallest for multicast (every copy needs credit)."""
+        cdef Link c
+        cdef int64_t total = 0, m = -1, k
+        if not self.consumers:
+            return 0
+        for c in self.consumers:
+            k = c.credit - len(c.pending)
+            if self.distribution == DIST_MULTICAST:
+                if m < 0 or k < m:
+                    m = k
+            else:
+                total += k
+        if self.distribution == DIST_MULTICAST:
+            return m if m > 0 else 0
+        total -= len(self.undelivered)
+        return total if total > 0 else 0
+
+    cdef int grant(self) except -1:
+        """Top up producers whose credit fell below half the link capacity, fairly, out of
+        the consumers' credit not yet promised."""
+        cdef int64_t avail = self.capacity() - self.issued
+        cdef int64_t cap = self.router.link_capacity, give
+        cdef Py_ssize_t i, n = len(self.producers)
+        cdef Link p
+        if avail <= 0 or n == 0:
+            return 0
+        for i in range(n):
+            p = self.producers[(self.grant_rr + i) % n]
+            if p.credit > cap // 2 or p.state != LINK_ATTACHED:
+                continue
+            give = cap - p.credit
+            if give > avail:
+                give = avail
+            p.credit += give
+            p.credit_changed()
+            self.issued += give
+            avail -= give
+            p.conn.write_flow(p.session, p, False)
+            if avail <= 0:
+                break
+        self.grant_rr += 1
+        return 0
+
+    cdef int revoke(self) except -1:
+        """No consumer left: take back producers' credit (2.6.7: a receiver may lower
+        link-credit at any time; transfers already in flight are released on arrival)."""
+        cdef Link p
+        for p in self.producers:
+            if p.credit > 0 and p.state == LINK_ATTACHED:
+                p.credit = 0
+                p.credit_changed()
+                p.conn.write_flow(p.session, p, False)
+        self.issued = 0
+        return 0
+
+    cdef int add_consumer(self, Link link) except -1:
+        self.consumers.append(link)
+        return 0
+
+    cdef int remove_consumer(self, Link link) except -1:
+        if link in self.consumers:
+            self.consumers.remove(link)
+        if not self.consumers:
+            self.revoke()
+            self.release_undelivered()
+        self.router.maybe_drop(self)
+        return 0
+
+    cdef int add_producer(self, Link link) except -1:
+        self.producers.append(link)
+        self.grant()
+        return 0
+
+    cdef int remove_producer(self, Link link) except -1:
+        if link in self.producers:
+            self.producers.remove(link)
+            self.issued -= link.credit
+            if self.issued < 0:
+                self.issued = 0
+        self.router.maybe_drop(self)
+        return 0
+
+    cdef int release_undelivered(self) except -1:
+        cdef Delivery inb
+        while len(self.undelivered):
+            inb = self.undelivered.popleft()
+            release_inbound(inb)
+        return 0
+
+    cdef int consumer_credit(self, Link link) except -1:
+        """A consumer granted credit: move waiting deliveries to it, then proxy the rest."""
+        cdef Delivery inb
+        cdef bytes p
+        link.send_pending()
+        while len(self.undelivered) and link.credit - len(link.pending) > 0:
+            inb = self.undelivered.popleft()
+            if inb.link is None and not inb.presettled:
+                continue          # its producer is gone: never delivered, nobody to tell
+            p = inb.payload
+            inb.out = link.deliver(inb, <const uint8_t*>PyBytes_AS_STRING(p),
+                                   PyBytes_GET_SIZE(p))
+        self.grant()
+        return 0
+
+    cdef Link pick(self):
+        """The consumer for the next anycast delivery, or None if none has credit.
+
+        closest: round robin over the consumers with credit (on one router every local
+        consumer is equally close). balanced: the consumer with the fewest deliveries
+        outstanding (unsettled or waiting), ties broken round robin; so a slow consumer gets
+        fewer."""
+        cdef Py_ssize_t i, n = len(self.consumers), best_i = -1
+        cdef Link c, best = None
+        cdef int64_t load, best_load = 0
+        if n == 0:
+            return None
+        for i in range(n):
+            c = self.consumers[(self.rr + i) % n]
+            if c.credit - len(c.pending) <= 0 or c.state != LINK_ATTACHED:
+                continue
+            if self.distribution == DIST_CLOSEST:
+                self.rr = (self.rr + i + 1) % n
+                return c
+            load = c.unsettled_count + len(c.pending)
+            if best is None or load < best_load:
+                best = c
+                best_load = load
+                best_i = i
+        if best is not None:
+            self.rr = (self.rr + best_i + 1) % n
+        return best
+
+    cdef int forward(self, Delivery inb, const uint8_t* data, Py_ssize_t n) except -1:
+        """Route a complete inbound delivery (data/n: its bytes, or NULL to use inb.payload)."""
+        cdef Link c
+        cdef Delivery out
+        cdef list copies
+        if data == NULL:
+            data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
+            n = PyBytes_GET_SIZE(inb.payload)
+        self.n_in += 1
+        if self.distribution == DIST_MULTICAST:
+            if not self.consumers:
+                release_inbound(inb)
+                return 0
+            copies = []
+            for c in self.consumers:
+                out = c.deliver(inb, data, n)
+                if not inb.presettled:
+                    copies.append(out)
+            self.n_out += len(self.consumers)
+            if not inb.presettled:
+                inb.copies = copies
+                inb.pending_copies = len(copies)
+            return 0
+        c = self.pick()
+        if c is None:
+            if not self.consumers:
+                release_inbound(inb)
+                return 0
+            # credit was promised by consumers that have not used it up yet (their pending or
+            # flow in transit): hold it, bounded by that credit
+            if inb.payload is None:
+                inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
+            self.undelivered.append(inb)
+            return 0
+        self.n_out += 1
+        inb.out = c.deliver(inb, data, n)
+        return 0
+
+
+cdef int release_inbound(Delivery inb) except -1:
+    """No consumer could take it: RELEASED to the producer (3.4.4: not delivered)."""
+    if inb.presettled:
+        if inb.link is not None and inb.link.address is not None:
+            inb.link.address.n_dropped += 1
+        return 0
+    apply_outcome(inb, D_RELEASED, _STATE_RELEASED)
+    return 0
+
+
+cdef int copy_outcome(Delivery out, int code, bytes raw, bint settled) except -1:
+    """A consumer's outbound copy reached a terminal state: tell its inbound delivery."""
+    cdef Delivery inb = out.inbound
+    if inb is None or out.outcome_sent:
+        return 0
+    out.outcome_sent = True
+    out.remote_state = code
+    out.remote_state_raw = raw
+    if inb.copies is None:
+        return apply_outcome(inb, code, raw)
+    if outcome_rank(code) > outcome_rank(inb.best):
+        inb.best = code
+        inb.best_raw = raw
+    inb.pending_copies -= 1
+    if inb.pending_copies <= 0:
+        return apply_outcome(inb, inb.best, inb.best_raw)
+    return 0
+
+
+cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
+    """Tell the producer the outcome of its delivery (end-to-end acknowledgement). With
+    rcv-settle-mode first the router settles at once; with second (exactly-once, 3.8.3) it
+    waits for the producer to settle and relays that settlement to the consumers."""
+    cdef Link link = inb.link
+    cdef Address a
+    if inb.outcome_sent or inb.presettled:
+        return 0
+    inb.outcome_sent = True
+    if link is None:
+        settle_copies(inb)        # the producer is gone: nobody to tell; finish the copies
+        return 0
+    a = link.address
+    if a is not None:
+        if code == D_ACCEPTED:
+            a.n_accepted += 1
+        elif code == D_RELEASED:
+            a.n_released += 1
+        elif code == D_REJECTED:
+            a.n_rejected += 1
+        elif code == D_MODIFIED:
+            a.n_modified += 1
+    if code == D_ACCEPTED:
+        link.n_accepted += 1
+    elif code == D_RELEASED:
+        link.n_released += 1
+    elif code == D_REJECTED:
+        link.n_rejected += 1
+    elif code == D_MODIFIED:
+        link.n_modified += 1
+    if link.rcv_settle_mode == RCV_FIRST:
+        link.conn.queue_disposition(link.session, True, inb.delivery_id, True, raw)
+        link.session.unsettled_in.pop(inb.delivery_id, None)
+        link.unsettled_count -= 1
+        inb.settled = True
+        settle_copies(inb)
+    else:
+        link.conn.queue_disposition(link.session, True, inb.delivery_id, False, raw)
+    return 0
+
+
+cdef int settle_copies(Delivery inb) except -1:
+    """The inbound delivery is settled: settle its copies the consumers still hold (the
+    producer's settlement travels forward)."""
+    cdef Delivery out
+    if inb.out is not None:
+        settle_out(inb.out)
+    elif inb.copies is not None:
+        for out in inb.copies:
+            settle_out(out)
+    return 0
+
+
+cdef int settle_out(Delivery out) except -1:
+    cdef Link link = out.link
+    if out.settled or link is None:
+        return 0
+    out.settled = True
+    if not out.sent:
+        return 0
+    link.session.unsettled_out.pop(out.delivery_id, None)
+    link.unsettled_count -= 1
+    if link.state == LINK_ATTACHED and link.conn.state == CS_OPENED:
+        link.conn.queue_disposition(link.session, False, out.delivery_id, True,
+                                    out.remote_state_raw)
+    return 0

@@ -1,0 +1,1008 @@
+# One AMQP connection (2.4): protocol headers, SASL (5.3), frames (2.3), sessions and the
+# per-message performatives. (Included by engine.pyx.)
+
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+
+class ProtocolError(Exception):
+    """A peer broke the protocol: the connection is closed with this condition (2.8.15/16)."""
+    def __init__(self, condition, description):
+        super().__init__(f"{condition}: {description}")
+        self.condition = condition
+        self.description = description
+
+
+cdef inline double monotonic() noexcept:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline uint16_t be16(const uint8_t* p) noexcept:
+    return (<uint16_t>p[0] << 8) | p[1]
+
+
+cdef inline uint32_t be32(const uint8_t* p) noexcept:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef class Connection:
+    cdef readonly Router router
+    cdef public object handler                 # the control plane's callbacks (router/core.py)
+    cdef public object transport               # has write(bytes) and close(); None in tests
+    cdef public object info                    # the control plane's own data
+    cdef Writer out
+    cdef bytes inbuf                           # an incomplete frame carried to the next feed
+    cdef readonly int state
+    cdef readonly int64_t conn_id
+    cdef tuple sasl_mechanisms
+    cdef bint require_sasl
+    cdef readonly bint sasl_done
+    cdef readonly str user                     # authenticated identity (None: anonymous)
+    cdef readonly uint32_t max_frame_size      # ours: the largest frame we accept
+    cdef readonly uint32_t remote_max_frame_size
+    cdef readonly uint16_t channel_max
+    cdef readonly uint16_t remote_channel_max
+    cdef readonly uint32_t idle_timeout_ms     # ours
+    cdef readonly uint32_t remote_idle_timeout_ms
+    cdef readonly uint64_t max_message_size
+    cdef readonly str remote_container_id
+    cdef readonly object remote_open           # the peer's OPEN fields (dict)
+    cdef dict sessions                         # remote channel -> Session
+    cdef list local_sessions                   # our channel -> Session or None
+    cdef bint dirty
+    cdef readonly bint open_sent
+    cdef bint closing                          # close the transport once output is written
+    cdef readonly double last_read
+    cdef readonly double last_write
+    cdef readonly int64_t bytes_in, bytes_out, frames_in
+    cdef readonly object error                 # (condition, description) we closed with
+    cdef readonly object remote_error          # the peer's CLOSE error
+    # one DISPOSITION being coalesced (consecutive ids, same role/settled/state: 2.7.6 ranges)
+    cdef bint d_pending
+    cdef Session d_session
+    cdef bint d_role
+    cdef bint d_settled
+    cdef uint32_t d_first, d_last
+    cdef bytes d_state
+
+    def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
+                 bint require_sasl=False, uint32_t max_frame_size=65536,
+                 uint16_t channel_max=32767, double idle_timeout=16.0,
+                 uint64_t max_message_size=0):
+        self.router = router
+        self.handler = handler
+        self.out = Writer(16384)
+        self.state = CS_HEADER
+        self.sasl_mechanisms = tuple(sasl_mechanisms)
+        self.require_sasl = require_sasl
+        self.max_frame_size = max_frame_size if max_frame_size >= MIN_MAX_FRAME_SIZE \
+            else MIN_MAX_FRAME_SIZE
+        self.remote_max_frame_size = MIN_MAX_FRAME_SIZE
+        self.channel_max = channel_max
+        self.remote_channel_max = 0
+        self.idle_timeout_ms = <uint32_t>(idle_timeout * 1000)
+        self.max_message_size = max_message_size
+        self.sessions = {}
+        self.local_sessions = []
+        router.next_conn_id += 1
+        self.conn_id = router.next_conn_id
+        self.last_read = self.last_write = monotonic()
+
+    # --- Python API ---------------------------------------------------------------------------
+
+    def feed(self, data):
+        """Consume bytes read from the socket."""
+        cdef bytes b
+        cdef Py_ssize_t pos = 0
+        if self.state == CS_CLOSED or self.closing:
+            return
+        b = data if type(data) is bytes else bytes(data)
+        self.bytes_in += len(b)
+        self.last_read = monotonic()
+        if self.inbuf is not None:
+            b = self.inbuf + b
+            self.inbuf = None
+        try:
+            pos = self.parse(b)
+            if pos < len(b) and self.state != CS_CLOSED and not self.closing:
+                self.inbuf = b[pos:]
+        except DecodeError as e:
+            self.fail("amqp:decode-error", str(e))
+        except ProtocolError as e:
+            self.fail(e.condition, e.description)
+        except Exception as e:
+            log.exception("[C%d] internal error", self.conn_id)
+            self.fail("amqp:internal-error", f"{type(e).__name__}: {e}")
+
+    def take_output(self):
+        """The bytes written since the last call (tests drive the engine with this)."""
+        if self.d_pending:
+            self.flush_disp()
+        self.dirty = False
+        return self.out.take()
+
+    def connection_lost(self):
+        """The socket is gone: every link is lost (its deliveries go back, 2.6.12)."""
+        if self.state == CS_CLOSED:
+            return
+        self.state = CS_CLOSED
+        self.teardown()
+
+    def close(self, condition=None, description=None):
+        """Close from the router's side (2.4.3), with an optional error."""
+        if condition is None:
+            if self.state == CS_OPENED:
+                self.write_frame(FRAME_AMQP, 0, D_CLOSE, {})
+                self.state = CS_CLOSE_SENT
+                self.touch()
+            else:
+                self.closing = True
+                self.touch()
+            return
+        self.fail(condition, description)
+
+    def tick(self, double now=0):
+        """Heartbeats and idle detection (2.4.5); called about once a second."""
+        if now == 0:
+            now = monotonic()
+        if self.state == CS_CLOSED:
+            return
+        if self.idle_timeout_ms and now - self.last_read > self.idle_timeout_ms / 1000.0:
+            self.fail("amqp:resource-limit-exceeded", "local-idle-timeout expired")
+            return
+        if self.state == CS_OPENED and self.remote_idle_timeout_ms and \
+                now - self.last_write >= self.remote_idle_timeout_ms / 2000.0:
+            begin_frame(self.out, FRAME_AMQP, 0)
+            self.out.patch_u32(self.out.length - 8, 8)
+            self.touch()
+
+    @property
+    def session_count(self):
+        return len(self.sessions)
+
+    def links(self):
+        out = []
+        for s in self.sessions.values():
+            out.extend((<Session>s).links.values())
+        return out
+
+    @property
+    def closed(self):
+        return self.state == CS_CLOSED
+
+    # --- output -------------------------------------------------------------------------------
+
+    cdef inline void touch(self) noexcept:
+        if not self.dirty:
+            self.dirty = True
+            self.router.mark_dirty(self)
+
+    cdef int flush_output(self) except -1:
+        self.dirty = False
+        if self.d_pending:
+            self.flush_disp()
+        if self.out.length and self.transport is not None:
+            self.bytes_out += self.out.length
+            self.last_write = monotonic()
+            self.transport.write(self.out.take())
+        if self.closing and self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        return 0
+
+    cdef int write_frame(self, int ftype, uint16_t channel, int code, dict fields) except -1:
+        if self.d_pending:
+            self.flush_disp()
+        write_control(self.out, ftype, channel, code, fields)
+        self.touch()
+        return 0
+
+    cdef int write_flow(self, Session s, Link link, bint echo) except -1:
+        # 2.7.4 flow: the session window (we always re-open ours to WINDOW_MAX) and the link's
+        # credit state
+        cdef Py_ssize_t start, lst
+        cdef uint32_t count = 4
+        if self.state != CS_OPENED or s.ended:
+            return 0
+        if self.d_pending:
+            self.flush_disp()
+        start = begin_frame(self.out, FRAME_AMQP, s.channel)
+        self.out.w_descriptor(D_FLOW)
+        lst = self.out.begin_list()
+        self.out.w_uint(s.next_incoming_id)
+        self.out.w_uint(WINDOW_MAX)
+        self.out.w_uint(s.next_outgoing_id)
+        self.out.w_uint(WINDOW_MAX)
+        s.window_base = s.next_incoming_id
+        if link is not None:
+            self.out.w_uint(link.handle)
+            self.out.w_uint(link.delivery_count)
+            self.out.w_uint(<uint32_t>(link.credit if link.credit > 0 else 0))
+            self.out.w_null()
+            self.out.w_bool(link.drain)
+            count = 9
+        if echo:
+            while count < 9:
+                self.out.w_null()
+                count += 1
+            self.out.w_bool(True)
+            count = 10
+        self.out.end_list(lst, count)
+        end_frame(self.out, start)
+        self.touch()
+        return 0
+
+    cdef int queue_disposition(self, Session s, bint role_receiver, uint32_t delivery_id,
+                               bint settled, bytes state) except -1:
+        if self.state != CS_OPENED or s.ended:
+            return 0
+        if self.d_pending:
+            if self.d_session is s and self.d_role == role_receiver and \
+                    self.d_settled == settled and self.d_state is state and \
+                    delivery_id == self.d_last + 1:
+                self.d_last = delivery_id
+                return 0
+            self.flush_disp()
+        self.d_pending = True
+        self.d_session = s
+        self.d_role = role_receiver
+        self.d_settled = settled
+        self.d_first = self.d_last = delivery_id
+        self.d_state = state
+        self.touch()
+        return 0
+
+    cdef int flush_disp(self) except -1:
+        # 2.7.6 disposition: role, first, last, settled, state
+        cdef Py_ssize_t start, lst
+        self.d_pending = False
+        start = begin_frame(self.out, FRAME_AMQP, self.d_session.channel)
+        self.out.w_descriptor(D_DISPOSITION)
+        lst = self.out.begin_list()
+        self.out.w_bool(self.d_role)
+        self.out.w_uint(self.d_first)
+        if self.d_last != self.d_first:
+            self.out.w_uint(self.d_last)
+        else:
+            self.out.w_null()
+        self.out.w_bool(self.d_settled)
+        if self.d_state is not None:
+            self.out.put_raw(<const uint8_t*>PyBytes_AS_STRING(self.d_state),
+                             PyBytes_GET_SIZE(self.d_state))
+            self.out.end_list(lst, 5)
+        else:
+            self.out.end_list(lst, 4)
+        end_frame(self.out, start)
+        self.d_session = None
+        self.d_state = None
+        return 0
+
+    cdef int write_transfer(self, Link link, Delivery out, const uint8_t* data,
+                            Py_ssize_t n) except -1:
+        """Write `out` (its payload: data/n) on `link`, split to the peer's max-frame-size
+        (2.6.14). Returns 1 when fully written, 0 when the session window closed first."""
+        cdef Session s = link.session
+        cdef Delivery inb = out.inbound
+        cdef Py_ssize_t start, lst, chunk, room
+        cdef bint more, first, presettled
+        cdef uint8_t tag[4]
+        if self.d_pending:
+            self.flush_disp()
+        presettled = inb.presettled or link.snd_settle_mode == SND_SETTLED
+        if out.offset == 0 and not out.sent:
+            out.sent = True
+            out.delivery_id = s.next_delivery_id
+            s.next_delivery_id += 1
+            out.link = link
+            link.credit -= 1
+            link.delivery_count += 1
+            link.n_delivered += 1
+            if link.credit <= 0:
+                link.credit_changed()
+            if presettled:
+                out.settled = True
+            else:
+                s.unsettled_out[out.delivery_id] = out
+                link.unsettled_count += 1
+        # room for the payload in one frame: header 8, performative at most 48
+        room = <Py_ssize_t>self.remote_max_frame_size - 56
+        while True:
+            if s.remote_incoming_window <= 0:
+                link.block()
+                return 0
+            first = out.offset == 0
+            chunk = n - out.offset
+            more = chunk > room
+            if more:
+                chunk = room
+            start = begin_frame(self.out, FRAME_AMQP, s.channel)
+            self.out.w_descriptor(D_TRANSFER)
+            lst = self.out.begin_list()
+            self.out.w_uint(link.handle)
+            if first:
+                self.out.w_uint(out.delivery_id)
+                # the router's tag: a per-link counter (unique among the link's unsettled)
+                tag[0] = link.next_tag >> 24
+                tag[1] = (link.next_tag >> 16) & 0xff
+                tag[2] = (link.next_tag >> 8) & 0xff
+                tag[3] = link.next_tag & 0xff
+                link.next_tag += 1
+                self.out.w_binary(tag, 4)
+                self.out.w_uint(inb.message_format)
+            else:
+                self.out.w_null()
+                self.out.w_null()
+                self.out.w_null()
+            self.out.w_bool(presettled)
+            self.out.w_bool(more)
+            self.out.end_list(lst, 6)
+            self.out.put_raw(data + out.offset, chunk)
+            end_frame(self.out, start)
+            s.next_outgoing_id += 1
+            s.remote_incoming_window -= 1
+            out.offset += chunk
+            if not more:
+                break
+        self.touch()
+        if presettled and not inb.presettled:
+            # the consumer asked for settled deliveries (at-most-once): its copy is done
+            copy_outcome(out, D_ACCEPTED, _STATE_ACCEPTED, True)
+        return 1
+
+    # --- input --------------------------------------------------------------------------------
+
+    cdef Py_ssize_t parse(self, bytes b) except -1:
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(b), pos = 0
+        cdef uint32_t size
+        cdef int doff, ftype
+        cdef uint16_t channel
+        while pos < n:
+            if self.state == CS_CLOSED or self.closing:
+                return n
+            if self.state == CS_HEADER or self.state == CS_SASL_DONE:
+                if n - pos < 8:
+                    # an incomplete header: check what we have so garbage fails at once
+                    if memcmp(p + pos, b"AMQP", n - pos if n - pos < 4 else 4) != 0:
+                        self.bad_header()
+                        return n
+                    return pos
+                self.on_header(p + pos)
+                pos += 8
+                continue
+            if n - pos < 8:
+                return pos
+            size = be32(p + pos)
+            if size < 8:
+                raise ProtocolError("amqp:connection:framing-error",
+                                    f"frame size {size} is below the 8-byte header")
+            if size > self.max_frame_size:
+                raise ProtocolError("amqp:connection:framing-error",
+                                    f"frame of {size} bytes exceeds max-frame-size "
+                                    f"{self.max_frame_size}")
+            if n - pos < size:
+                return pos
+            doff = p[pos + 4]
+            ftype = p[pos + 5]
+            channel = be16(p + pos + 6)
+            if doff < 2 or <uint32_t>doff * 4 > size:
+                raise ProtocolError("amqp:connection:framing-error", f"bad data offset {doff}")
+            self.frames_in += 1
+            if size > <uint32_t>doff * 4:          # an empty frame is a heartbeat (2.4.5)
+                self.on_frame(ftype, channel, p + pos + doff * 4, size - doff * 4)
+            pos += size
+        return pos
+
+    cdef int bad_header(self) except -1:
+        # 2.2: answer an unsupported header with the one we support, then close
+        self.out.put_raw(<const uint8_t*>(b"AMQP\x03\x01\x00\x00" if self.sasl_mechanisms
+                                          else b"AMQP\x00\x01\x00\x00"), 8)
+        self.closing = True
+        self.state = CS_CLOSED
+        self.teardown()
+        self.touch()
+        return 0
+
+    cdef int on_header(self, const uint8_t* h) except -1:
+        cdef bint sasl = memcmp(h, b"AMQP\x03\x01\x00\x00", 8) == 0
+        cdef bint amqp = memcmp(h, b"AMQP\x00\x01\x00\x00", 8) == 0
+        if self.state == CS_SASL_DONE:
+            if not amqp:
+                return self.bad_header()
+            self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
+            self.state = CS_OPEN_WAIT
+            self.touch()
+            return 0
+        if sasl and self.sasl_mechanisms:
+            # 5.3.2: our header, then the mechanisms we offer
+            self.out.put_raw(<const uint8_t*>b"AMQP\x03\x01\x00\x00", 8)
+            write_control(self.out, FRAME_SASL, 0, D_SASL_MECHANISMS, {
+                "sasl_server_mechanisms": symbol_array(self.sasl_mechanisms)})
+            self.state = CS_SASL
+            self.touch()
+            return 0
+        if amqp and not self.require_sasl:
+            self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
+            self.state = CS_OPEN_WAIT
+            self.touch()
+            return 0
+        return self.bad_header()
+
+    cdef int on_frame(self, int ftype, uint16_t channel, const uint8_t* body,
+                      Py_ssize_t n) except -1:
+        cdef Reader r
+        cdef uint64_t code
+        cdef Session s
+        r.p = body
+        r.n = n
+        r.pos = 0
+        r_descriptor(&r, &code)
+        if ftype == FRAME_SASL:
+            if self.state != CS_SASL:
+                raise ProtocolError("amqp:connection:framing-error",
+                                    "SASL frame outside the SASL exchange")
+            return self.on_sasl(code, r_value(&r))
+        if ftype != FRAME_AMQP:
+            raise ProtocolError("amqp:connection:framing-error", f"unknown frame type {ftype}")
+        if self.state == CS_SASL:
+            raise ProtocolError("amqp:connection:framing-error",
+                                "AMQP frame during the SASL exchange")
+        if self.state == CS_CLOSE_SENT and code != D_CLOSE:
+            return 0                          # 2.4.3: after our CLOSE, wait for theirs
+        if code == D_TRANSFER or code == D_FLOW or code == D_DISPOSITION:
+            if self.state != CS_OPENED:
+                raise ProtocolError("amqp:connection:framing-error",
+                                    "performative before OPEN")
+            s = self.sessions.get(channel)
+            if s is None:
+                raise ProtocolError("amqp:connection:framing-error",
+                                    f"frame on channel {channel}, which has no session")
+            if code == D_TRANSFER:
+                return self.on_transfer(s, &r)
+            if code == D_FLOW:
+                return self.on_flow(s, &r)
+            return self.on_disposition(s, &r)
+        if code > D_CLOSE or code < D_OPEN:
+            raise ProtocolError("amqp:connection:framing-error",
+                                f"unknown performative 0x{code:x}")
+        fields = described_to_dict(Described(ULong(code), r_value(&r)))
+        if not isinstance(fields, dict):
+            raise DecodeError("performative body is not a list")
+        if code == D_OPEN:
+            return self.on_open(fields)
+        if self.state == CS_OPEN_WAIT:
+            raise ProtocolError("amqp:connection:framing-error", "first frame is not OPEN")
+        if code == D_CLOSE:
+            return self.on_close(fields)
+        if code == D_BEGIN:
+            return self.on_begin(channel, fields)
+        s = self.sessions.get(channel)
+        if s is None:
+            raise ProtocolError("amqp:connection:framing-error",
+                                f"frame on channel {channel}, which has no session")
+        if code == D_ATTACH:
+            return self.on_attach(s, fields)
+        if code == D_DETACH:
+            return self.on_detach(s, fields)
+        return self.on_end(s, fields)
+
+    # --- control performatives (Python objects are fine here: once per link/connection) ----
+
+    cdef int on_sasl(self, uint64_t code, object value) except -1:
+        fields = described_to_dict(Described(ULong(code), value))
+        if code != D_SASL_INIT:
+            # no mechanism we offer uses challenges: a response is out of sequence
+            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(2)})
+            self.closing = True
+            self.touch()
+            return 0
+        mech = str(fields.get("mechanism") or "")
+        ok = False
+        if mech in self.sasl_mechanisms:
+            try:
+                ok = self.handler.on_sasl(self, mech, fields.get("initial_response"),
+                                          fields.get("hostname"))
+            except Exception:
+                log.exception("[C%d] SASL handler failed", self.conn_id)
+                ok = False
+        if ok:
+            self.user = ok if isinstance(ok, str) else None
+            self.sasl_done = True
+            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(0)})
+            self.state = CS_SASL_DONE
+        else:
+            # 5.3.3.6: code 1 = auth (authentication failed)
+            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(1)})
+            self.closing = True
+            self.state = CS_CLOSED
+        self.touch()
+        return 0
+
+    cdef int on_open(self, dict f) except -1:
+        if self.state != CS_OPEN_WAIT:
+            raise ProtocolError("amqp:connection:framing-error", "unexpected OPEN")
+        self.remote_open = f
+        self.remote_container_id = str(f["container_id"])
+        mfs = f.get("max_frame_size")
+        self.remote_max_frame_size = 0xffffffff if mfs is None else mfs
+        if self.remote_max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise ProtocolError("amqp:invalid-field",
+                                f"max-frame-size {mfs} is below {MIN_MAX_FRAME_SIZE}")
+        if self.remote_max_frame_size > self.max_frame_size:
+            # we never send larger frames than we accept ourselves either
+            self.remote_max_frame_size = self.max_frame_size
+        cm = f.get("channel_max")
+        self.remote_channel_max = 65535 if cm is None else cm
+        it = f.get("idle_time_out")
+        self.remote_idle_timeout_ms = 0 if it is None else it
+        self.state = CS_OPENED
+        self.handler.on_open(self, f)
+        if self.state == CS_OPENED and not self.open_sent:
+            self.send_open()
+        return 0
+
+    cdef int send_open(self) except -1:
+        self.open_sent = True
+        cm = self.channel_max if self.channel_max < self.remote_channel_max or \
+            self.state != CS_OPENED else self.remote_channel_max
+        self.write_frame(FRAME_AMQP, 0, D_OPEN, {
+            "container_id": self.router.container_id,
+            "max_frame_size": UInt(self.max_frame_size),
+            "channel_max": UShort(cm),
+            "idle_time_out": UInt(self.idle_timeout_ms) if self.idle_timeout_ms else None,
+            "offered_capabilities": symbol_array(["ANONYMOUS-RELAY"]),
+            "properties": self.router.open_properties,
+        })
+        return 0
+
+    cdef int on_begin(self, uint16_t channel, dict f) except -1:
+        cdef Session s
+        cdef Py_ssize_t i
+        if channel in self.sessions:
+            raise ProtocolError("amqp:connection:framing-error",
+                                f"BEGIN on channel {channel}, which is in use")
+        if channel > self.channel_max:
+            raise ProtocolError("amqp:connection:framing-error",
+                                f"channel {channel} exceeds channel-max {self.channel_max}")
+        if f.get("remote_channel") is not None:
+            raise ProtocolError("amqp:not-implemented",
+                                "the router does not begin sessions on this connection")
+        s = Session()
+        s.conn = self
+        s.remote_channel = channel
+        s.next_incoming_id = f["next_outgoing_id"]
+        s.window_base = s.next_incoming_id
+        s.remote_incoming_window = f["incoming_window"]
+        hm = f.get("handle_max")
+        s.handle_max = 0xffffffff if hm is None else hm
+        for i in range(len(self.local_sessions)):
+            if self.local_sessions[i] is None:
+                break
+        else:
+            i = len(self.local_sessions)
+            self.local_sessions.append(None)
+        self.local_sessions[i] = s
+        s.channel = <uint16_t>i
+        self.sessions[channel] = s
+        self.write_frame(FRAME_AMQP, s.channel, D_BEGIN, {
+            "remote_channel": UShort(channel),
+            "next_outgoing_id": UInt(0),
+            "incoming_window": UInt(WINDOW_MAX),
+            "outgoing_window": UInt(WINDOW_MAX),
+            "handle_max": UInt(s.handle_max),
+        })
+        return 0
+
+    cdef int on_attach(self, Session s, dict f) except -1:
+        cdef Link link
+        cdef uint32_t handle = f["handle"]
+        if handle > s.handle_max:
+            raise ProtocolError("amqp:connection:framing-error",
+                                f"handle {handle} exceeds handle-max {s.handle_max}")
+        if handle in s.links:
+            raise ProtocolError("amqp:session:handle-in-use", f"handle {handle} is in use")
+        name = f["name"]
+        if not isinstance(name, str):
+            raise ProtocolError("amqp:invalid-field", "link name is not a string")
+        link = Link()
+        link.name = name
+        link.session = s
+        link.conn = self
+        link.remote_handle = handle
+        # the peer's role is the opposite of ours: role false = the peer sends
+        link.role = ROLE_SENDER if f["role"] else ROLE_RECEIVER
+        ssm = f.get("snd_settle_mode")
+        link.snd_settle_mode = SND_MIXED if ssm is None else ssm
+        rsm = f.get("rcv_settle_mode")
+        link.rcv_settle_mode = RCV_FIRST if rsm is None else rsm
+        if link.role == ROLE_RECEIVER:
+            idc = f.get("initial_delivery_count")
+            link.delivery_count = 0 if idc is None else idc
+        else:
+            mms = f.get("max_message_size")
+            link.max_message_size = 0 if mms is None else mms
+        link.state = LINK_ATTACHING
+        link.handle = s.alloc_handle(link)
+        s.links[handle] = link
+        self.handler.on_attach(self, link, f)
+        return 0
+
+    cdef int on_detach(self, Session s, dict f) except -1:
+        cdef Link link = s.links.get(f["handle"])
+        if link is None:
+            raise ProtocolError("amqp:session:unattached-handle",
+                                f"DETACH of handle {f['handle']}, which is not attached")
+        if link.state == LINK_DETACHED:
+            s.free_handle(link)               # the peer's answer to our DETACH
+            return 0
+        closed = bool(f.get("closed"))
+        self.write_frame(FRAME_AMQP, s.channel, D_DETACH,
+                         {"handle": UInt(link.handle), "closed": closed})
+        link.state = LINK_DETACHED
+        link.lost()
+        s.free_handle(link)
+        self.handler.on_detach(self, link, closed, f.get("error"))
+        return 0
+
+    cdef int on_end(self, Session s, dict f) except -1:
+        self.end_session(s)
+        self.write_frame(FRAME_AMQP, s.channel, D_END, {})
+        return 0
+
+    cdef int end_session(self, Session s) except -1:
+        cdef Link link
+        for link in list(s.links.values()):
+            if link.state != LINK_DETACHED:
+                link.state = LINK_DETACHED
+                link.lost()
+                self.handler.on_detach(self, link, False, None)
+        s.links.clear()
+        s.ended = True
+        self.sessions.pop(s.remote_channel, None)
+        if s.channel < len(self.local_sessions):
+            self.local_sessions[s.channel] = None
+        return 0
+
+    cdef int on_close(self, dict f) except -1:
+        self.remote_error = f.get("error")
+        if self.state != CS_CLOSE_SENT:
+            self.write_frame(FRAME_AMQP, 0, D_CLOSE, {})
+        self.closing = True
+        self.state = CS_CLOSED
+        self.teardown()
+        return 0
+
+    cdef int teardown(self) except -1:
+        cdef Session s
+        for s in list(self.sessions.values()):
+            self.end_session(s)
+        self.d_pending = False
+        try:
+            self.handler.on_closed(self)
+        except Exception:
+            log.exception("[C%d] close handler failed", self.conn_id)
+        return 0
+
+    cdef int fail(self, condition, description) except -1:
+        """Close the connection with an error (2.8.15 / 2.8.16 conditions); the rest of the
+        router keeps running."""
+        if self.state == CS_CLOSED or self.closing:
+            return 0
+        self.error = (condition, description)
+        log.warning("[C%d] closing connection: %s: %s", self.conn_id, condition, description)
+        self.inbuf = None
+        if self.state == CS_OPEN_WAIT or self.state == CS_OPENED or \
+                self.state == CS_CLOSE_SENT:
+            if not self.open_sent:
+                self.send_open()              # 2.4.1: OPEN always precedes CLOSE
+            self.d_pending = False
+            self.write_frame(FRAME_AMQP, 0, D_CLOSE,
+                             {"error": error_value(condition, description)})
+        self.closing = True
+        self.state = CS_CLOSED
+        self.teardown()
+        self.touch()
+        return 0
+
+    # --- per-message performatives (C only) ---------------------------------------------------
+
+    cdef int on_transfer(self, Session s, Reader* r) except -1:
+        # 2.7.5 transfer
+        cdef uint32_t count, i, handle = 0, delivery_id = 0, fmt = 0, rsm = 0
+        cdef Py_ssize_t end, plen
+        cdef const uint8_t* tag = NULL
+        cdef Py_ssize_t tag_n = 0
+        cdef bint has_id = False, has_tag = False, settled = False, more = False
+        cdef bint aborted = False, resume = False, flag
+        cdef Link link
+        cdef Delivery d
+        cdef Address a
+        cdef const uint8_t* payload
+        r_list(r, &count, &end)
+        if count < 1 or not r_uint(r, &handle):
+            raise DecodeError("transfer without a handle")
+        for i in range(1, count):
+            if i == 1:
+                has_id = r_uint(r, &delivery_id)
+            elif i == 2:
+                has_tag = r_binary(r, &tag, &tag_n)
+            elif i == 3:
+                r_uint(r, &fmt)
+            elif i == 4:
+                r_bool(r, &settled)
+            elif i == 5:
+                r_bool(r, &more)
+            elif i == 6:
+                r_uint(r, &rsm)
+            elif i == 8:
+                r_bool(r, &resume)
+            elif i == 9:
+                r_bool(r, &aborted)
+            else:
+                r_skip(r)
+        if r.pos != end:
+            raise DecodeError("transfer list size does not match its fields")
+        payload = r.p + end
+        plen = r.n - end
+        s.next_incoming_id += 1
+        if s.next_incoming_id - s.window_base > WINDOW_MAX // 2:
+            self.write_flow(s, None, False)
+        link = s.links.get(handle)
+        if link is None or link.state == LINK_DETACHED:
+            if link is not None:
+                return 0                      # in flight when we detached: drop (2.6.4)
+            raise ProtocolError("amqp:session:unattached-handle",
+                                f"transfer on handle {handle}, which is not attached")
+        if link.role != ROLE_RECEIVER:
+            raise ProtocolError("amqp:connection:framing-error",
+                                "transfer on a link where the router is the sender")
+        d = link.current
+        if d is None:
+            if aborted:
+                return 0
+            if not has_id or not has_tag:
+                raise ProtocolError("amqp:invalid-field",
+                                    "first transfer of a delivery lacks delivery-id or tag")
+            if tag_n > MAX_TAG:
+                raise ProtocolError("amqp:invalid-field", "delivery-tag longer than 32 bytes")
+            if link.credit <= 0:
+                return link_error(link, "amqp:link:transfer-limit-exceeded",
+                                  "transfer without credit")
+            link.credit -= 1
+            link.delivery_count += 1
+            if link.credit <= 0:
+                link.credit_changed()
+            a = link.address
+            if a is not None and a.issued > 0:
+                a.issued -= 1
+            d = Delivery.new(link, delivery_id, PyBytes_FromStringAndSize(<char*>tag, tag_n))
+            d.presettled = settled
+            d.message_format = fmt
+            if not settled:
+                s.unsettled_in[delivery_id] = d
+                link.unsettled_count += 1
+        elif settled and not d.presettled:
+            d.presettled = True               # 2.7.5: settled may be set on a later frame
+            s.unsettled_in.pop(d.delivery_id, None)
+            link.unsettled_count -= 1
+        if aborted:
+            # 2.6.14: an aborted delivery is discarded (and settled)
+            link.current = None
+            if not d.presettled:
+                s.unsettled_in.pop(d.delivery_id, None)
+                link.unsettled_count -= 1
+            return 0
+        if more or d.partial is not None:
+            if d.partial is None:
+                d.partial = bytearray()
+                link.current = d
+            d.partial += PyBytes_FromStringAndSize(<char*>payload, plen)
+            if self.max_message_size and <uint64_t>len(d.partial) > self.max_message_size:
+                link.current = None
+                return link_error(link, "amqp:link:message-size-exceeded",
+                                  f"message exceeds {self.max_message_size} bytes")
+            if more:
+                return 0
+            link.current = None
+            d.payload = bytes(d.partial)
+            d.partial = None
+            payload = <const uint8_t*>PyBytes_AS_STRING(d.payload)
+            plen = PyBytes_GET_SIZE(d.payload)
+        elif self.max_message_size and <uint64_t>plen > self.max_message_size:
+            return link_error(link, "amqp:link:message-size-exceeded",
+                              f"message exceeds {self.max_message_size} bytes")
+        if link.address is not None:
+            link.address.forward(d, payload, plen)
+            if link.credit <= self.router.link_capacity // 2:
+                link.address.grant()
+        else:
+            self.router.route_anonymous(d, payload, plen)
+            if link.credit <= self.router.link_capacity // 2 and link.state == LINK_ATTACHED:
+                link.credit = self.router.link_capacity
+                link.credit_changed()
+                self.write_flow(s, link, False)
+        return 0
+
+    cdef int on_flow(self, Session s, Reader* r) except -1:
+        # 2.7.4 flow; 2.5.6 session window; 2.6.7 link credit
+        cdef uint32_t count, i, nid = 0, iw = 0, handle = 0, dc = 0, lc = 0, tmp
+        cdef bint has_nid = False, has_handle = False, has_dc = False, has_lc = False
+        cdef bint drain = False, echo = False
+        cdef Py_ssize_t end
+        cdef Link link
+        r_list(r, &count, &end)
+        for i in range(count):
+            if i == 0:
+                has_nid = r_uint(r, &nid)
+            elif i == 1:
+                if not r_uint(r, &iw):
+                    raise DecodeError("flow without incoming-window")
+            elif i == 4:
+                has_handle = r_uint(r, &handle)
+            elif i == 5:
+                has_dc = r_uint(r, &dc)
+            elif i == 6:
+                has_lc = r_uint(r, &lc)
+            elif i == 8:
+                r_bool(r, &drain)
+            elif i == 9:
+                r_bool(r, &echo)
+            else:
+                r_skip(r)
+        if count < 4:
+            raise DecodeError("flow lacks its mandatory session fields")
+        # 2.5.6: remote-incoming-window = next-incoming-id + incoming-window - next-outgoing-id
+        s.remote_incoming_window = <int64_t><uint32_t>(
+            (nid if has_nid else 0) + iw - s.next_outgoing_id)
+        if s.remote_incoming_window > WINDOW_MAX:
+            s.remote_incoming_window = 0      # a window that went "negative": nothing fits
+        if has_handle:
+            link = s.links.get(handle)
+            if link is None:
+                raise ProtocolError("amqp:session:unattached-handle",
+                                    f"flow on handle {handle}, which is not attached")
+            if link.state == LINK_DETACHED:
+                return 0
+            if link.role == ROLE_SENDER:
+                # the consumer's credit: delivery-count(rcv) + link-credit(rcv) - ours
+                link.credit = <int64_t><int32_t>((dc if has_dc else 0) + lc -
+                                                 link.delivery_count)
+                link.drain = drain
+                link.credit_changed()
+                if link.address is not None:
+                    link.address.consumer_credit(link)
+                else:
+                    link.send_pending()
+                if link.drain and link.credit > 0 and len(link.pending) == 0:
+                    # 2.6.7 drain: use up the credit by advancing delivery-count
+                    link.delivery_count += <uint32_t>link.credit
+                    link.credit = 0
+                    link.credit_changed()
+                    self.write_flow(s, link, False)
+                elif echo:
+                    self.write_flow(s, link, False)
+            elif echo:
+                self.write_flow(s, link, False)
+        elif echo:
+            self.write_flow(s, None, False)
+        if len(s.blocked) and s.remote_incoming_window > 0:
+            self.unblock(s)
+        return 0
+
+    cdef int unblock(self, Session s) except -1:
+        cdef Link link
+        cdef list blocked = s.blocked
+        s.blocked = []
+        for link in blocked:
+            link.in_blocked = False
+            if link.state == LINK_ATTACHED:
+                link.send_pending()
+                if len(link.pending):
+                    link.block()
+        return 0
+
+    cdef int on_disposition(self, Session s, Reader* r) except -1:
+        # 2.7.6 disposition over [first, last]
+        cdef uint32_t count, i, first = 0, last = 0, did
+        cdef bint role = False, has_last = False, settled = False
+        cdef Py_ssize_t end, st
+        cdef uint64_t code = 0
+        cdef bytes raw = None
+        cdef dict table
+        cdef Delivery d
+        cdef int64_t span
+        r_list(r, &count, &end)
+        for i in range(count):
+            if i == 0:
+                if not r_bool(r, &role):
+                    raise DecodeError("disposition without role")
+            elif i == 1:
+                if not r_uint(r, &first):
+                    raise DecodeError("disposition without first")
+            elif i == 2:
+                has_last = r_uint(r, &last)
+            elif i == 3:
+                r_bool(r, &settled)
+            elif i == 4:
+                if not r_is_null(r):
+                    st = r.pos
+                    r_descriptor(r, &code)
+                    r_skip(r)
+                    raw = state_bytes(<int>code, r.p + st, r.pos - st)
+            else:
+                r_skip(r)
+        if count < 2:
+            raise DecodeError("disposition lacks role or first")
+        if not has_last:
+            last = first
+        # role true: the peer is the receiver, so these are deliveries the router sent
+        table = s.unsettled_out if role else s.unsettled_in
+        span = <int64_t><uint32_t>(last - first) + 1
+        if span > len(table):
+            # a huge range (a peer may name all 2^32 ids): visit what we hold instead
+            for d in [x for x in table.values()
+                      if <uint32_t>((<Delivery>x).delivery_id - first) < <uint32_t>span]:
+                self.dispose(table, d, role, settled, <int>code, raw)
+        else:
+            did = first
+            while True:
+                d = table.get(did)
+                if d is not None:
+                    self.dispose(table, d, role, settled, <int>code, raw)
+                if did == last:
+                    break
+                did += 1
+        return 0
+
+    cdef int dispose(self, dict table, Delivery d, bint role, bint settled, int code,
+                     bytes raw) except -1:
+        if role:
+            # the consumer's state for a copy the router sent it
+            if is_terminal(code):
+                copy_outcome(d, code, raw, settled)
+            elif settled:
+                # settled with no outcome: the consumer took it (3.4: settlement without a
+                # terminal state; our sources have no default-outcome)
+                copy_outcome(d, D_ACCEPTED, _STATE_ACCEPTED, True)
+            if settled and not d.settled:
+                d.settled = True
+                table.pop(d.delivery_id, None)
+                if d.link is not None:
+                    d.link.unsettled_count -= 1
+        elif settled and not d.settled:
+            # the producer settled: relay the settlement to the copies (exactly-once's final
+            # step, 3.8.3)
+            d.settled = True
+            table.pop(d.delivery_id, None)
+            if d.link is not None:
+                d.link.unsettled_count -= 1
+            d.outcome_sent = True
+            settle_copies(d)
+        return 0
+
+
+cdef inline bytes state_bytes(int code, const uint8_t* p, Py_ssize_t n):
+    # the two states without fields map to shared constants so dispositions coalesce
+    if code == D_ACCEPTED and n == 4 and memcmp(p, <const uint8_t*>b"\x00\x53\x24\x45", 4) == 0:
+        return _STATE_ACCEPTED
+    if code == D_RELEASED and n == 4 and memcmp(p, <const uint8_t*>b"\x00\x53\x26\x45", 4) == 0:
+        return _STATE_RELEASED
+    if code == D_ACCEPTED:
+        return _STATE_ACCEPTED
+    if code == D_RELEASED:
+        return _STATE_RELEASED
+    return PyBytes_FromStringAndSize(<char*>p, n)
+
+
+cdef int link_error(Link link, condition, description) except -1:
+    """Detach one link with an error; the connection and its other links go on."""
+    log.warning("[C%d][L%d] detaching link %r: %s: %s", link.conn.conn_id, link.handle,
+                link.name, condition, description)
+    link.current = None
+    link.detach(condition, description, True)
+    try:
+        link.conn.handler.on_detach(link.conn, link, True, None)
+    except Exception:
+        log.exception("[C%d] detach handler failed", link.conn.conn_id)
+    return 0

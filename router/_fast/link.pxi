@@ -1,0 +1,246 @@
+# Sessions (2.5) and links (2.6): windows, handles, credit, unsettled maps. (Included by
+# engine.pyx.)
+
+from collections import deque
+
+
+cdef class Session:
+    cdef Connection conn
+    cdef readonly uint16_t channel          # ours
+    cdef readonly uint16_t remote_channel
+    cdef uint32_t next_outgoing_id           # 2.5.6 transfer-ids we send
+    cdef uint32_t next_incoming_id           # transfer-ids we expect
+    cdef int64_t remote_incoming_window      # frames the peer will still accept from us
+    cdef uint32_t window_base                # next_incoming_id when we last advertised
+    cdef uint32_t next_delivery_id           # delivery-ids of our outgoing deliveries
+    cdef uint32_t handle_max
+    cdef dict links                          # remote handle -> Link
+    cdef list local_handles                  # our handle -> Link or None
+    cdef dict unsettled_out                  # delivery-id -> Delivery we sent
+    cdef dict unsettled_in                   # delivery-id -> Delivery we received
+    cdef list blocked                        # links waiting for the session window to open
+    cdef readonly bint ended
+
+    def __cinit__(self):
+        self.links = {}
+        self.local_handles = []
+        self.unsettled_out = {}
+        self.unsettled_in = {}
+        self.blocked = []
+        self.remote_incoming_window = WINDOW_MAX
+        self.handle_max = 0xffffffff
+
+    cdef uint32_t alloc_handle(self, Link link):
+        cdef Py_ssize_t i
+        for i in range(len(self.local_handles)):
+            if self.local_handles[i] is None:
+                self.local_handles[i] = link
+                return <uint32_t>i
+        self.local_handles.append(link)
+        return <uint32_t>(len(self.local_handles) - 1)
+
+    cdef void free_handle(self, Link link):
+        if link.handle < <uint32_t>len(self.local_handles) and \
+                self.local_handles[link.handle] is link:
+            self.local_handles[link.handle] = None
+        if self.links.get(link.remote_handle) is link:
+            del self.links[link.remote_handle]
+
+
+cdef class Link:
+    cdef readonly str name
+    cdef readonly Session session
+    cdef readonly Connection conn
+    cdef readonly uint32_t handle            # ours
+    cdef readonly uint32_t remote_handle
+    cdef readonly int role                   # the router's role: ROLE_SENDER or ROLE_RECEIVER
+    cdef readonly int snd_settle_mode
+    cdef readonly int rcv_settle_mode
+    cdef readonly int state
+    cdef readonly Address address            # None: anonymous relay (per-message `to`)
+    cdef readonly int64_t credit             # sender: consumer's credit; receiver: ours granted
+    cdef readonly uint32_t delivery_count
+    cdef bint drain
+    cdef Delivery current                    # receiver: the delivery whose frames are arriving
+    cdef object pending                      # sender: deque of Delivery not yet written
+    cdef uint32_t next_tag
+    cdef readonly int64_t unsettled_count
+    cdef readonly uint64_t max_message_size  # the peer's (sender) / ours (receiver); 0 none
+    cdef bint in_blocked
+    cdef readonly int64_t n_delivered, n_accepted, n_released, n_rejected, n_modified
+    cdef readonly double no_credit_since     # monotonic seconds; 0 while credit > 0
+    cdef public object info                  # the control plane's own data about the link
+
+    def __cinit__(self):
+        self.pending = deque()
+
+    @property
+    def address_name(self):
+        return self.address.name if self.address is not None else None
+
+    @property
+    def pending_count(self):
+        return len(self.pending)
+
+    @property
+    def is_sender(self):
+        return self.role == ROLE_SENDER
+
+    # --- control API (called by router/core.py) ---------------------------------------------
+
+    def attach(self, dict fields):
+        """Send the router's ATTACH for this link (2.6.3); fields as in FIELDS[D_ATTACH]
+        (name, handle and role are filled in)."""
+        if self.state != LINK_ATTACHING:
+            raise RuntimeError("link already attached")
+        fields = dict(fields)
+        fields["name"] = self.name
+        fields["handle"] = UInt(self.handle)
+        fields["role"] = self.role == ROLE_RECEIVER
+        if self.role == ROLE_SENDER:
+            fields.setdefault("initial_delivery_count", UInt(0))
+            snd = fields.get("snd_settle_mode")
+            if snd is not None:
+                self.snd_settle_mode = snd
+        else:
+            rcv = fields.get("rcv_settle_mode")
+            if rcv is not None:
+                self.rcv_settle_mode = rcv
+            mms = fields.get("max_message_size")
+            if mms:
+                self.max_message_size = mms
+        for key in ("snd_settle_mode", "rcv_settle_mode"):
+            if fields.get(key) is not None:
+                fields[key] = UByte(fields[key])
+        self.conn.write_frame(FRAME_AMQP, self.session.channel, D_ATTACH, fields)
+        self.state = LINK_ATTACHED
+        self.conn.touch()
+
+    def bind(self, str address not None, int distribution):
+        """Join the address (created on first use with this distribution): a consumer link
+        (router sender) receives its deliveries; a producer link feeds it and gets credit
+        proxied from its consumers."""
+        cdef Address a = self.conn.router.get_address(address, distribution)
+        self.address = a
+        if self.role == ROLE_SENDER:
+            a.add_consumer(self)
+        else:
+            a.add_producer(self)
+
+    def bind_anonymous(self):
+        """A producer link with a null target: each message is routed by its `to`."""
+        self.address = None
+        self.conn.router.anonymous_producer(self)
+
+    def detach(self, condition=None, description=None, bint closed=True):
+        """Detach from the router's side (2.6.4), e.g. to refuse an attach or on link stealing."""
+        if self.state == LINK_DETACHED:
+            return
+        if self.state == LINK_ATTACHING:
+            # 2.6.3: a refused link is still attached first (null terminus), then detached
+            self.attach({"source": None, "target": None})
+        self.conn.write_frame(FRAME_AMQP, self.session.channel, D_DETACH, {
+            "handle": UInt(self.handle), "closed": closed,
+            "error": error_value(condition, description)})
+        self.state = LINK_DETACHED
+        self.conn.touch()
+        self.lost()
+        # the handles stay reserved until the peer's DETACH answers ours (2.6.4)
+
+    def flow(self, int64_t credit):
+        """Grant credit to a producer (control path: e.g. a link the core wants to feed)."""
+        self.credit = credit
+        self.conn.write_flow(self.session, self, False)
+        self.conn.touch()
+
+    # --- data path ----------------------------------------------------------------------------
+
+    cdef int lost(self) except -1:
+        """The link is gone (detached, session ended, connection lost): settle what it held.
+        2.6.12: an outbound delivery the peer may have seen returns MODIFIED(delivery-failed);
+        one never written returns RELEASED, or goes to another consumer (anycast)."""
+        cdef Delivery d
+        cdef Address a = self.address
+        cdef list mine
+        if self.role == ROLE_SENDER:
+            if a is not None:
+                a.remove_consumer(self)
+            pend = list(self.pending)
+            self.pending.clear()
+            mine = [d for d in self.session.unsettled_out.values() if d.link is self]
+            for d in mine:
+                del self.session.unsettled_out[d.delivery_id]
+                d.link = None
+                d.settled = True
+                if d.inbound is not None:
+                    copy_outcome(d, D_MODIFIED, _STATE_MODIFIED_FAILED, True)
+            for d in pend:
+                d.link = None
+                if d.inbound is None:
+                    continue
+                if a is not None and a.distribution != DIST_MULTICAST and d.inbound.copies is None:
+                    d.inbound.out = None
+                    a.forward(d.inbound, NULL, 0)
+                else:
+                    copy_outcome(d, D_RELEASED, _STATE_RELEASED, True)
+            if a is not None:
+                a.grant()
+        else:
+            if a is not None:
+                a.remove_producer(self)
+            else:
+                self.conn.router.anonymous.discard(self)
+            self.current = None
+            mine = [d for d in self.session.unsettled_in.values() if d.link is self]
+            for d in mine:
+                del self.session.unsettled_in[d.delivery_id]
+                d.link = None
+        self.state = LINK_DETACHED
+        return 0
+
+    cdef inline void credit_changed(self) noexcept:
+        if self.credit > 0:
+            self.no_credit_since = 0
+        elif self.no_credit_since == 0:
+            self.no_credit_since = self.conn.router.now()
+
+    cdef Delivery deliver(self, Delivery inb, const uint8_t* data, Py_ssize_t n):
+        """Send a copy of `inb` to this consumer (or queue it behind earlier ones)."""
+        cdef Delivery out = Delivery.new(self, 0, None)
+        out.inbound = inb
+        if len(self.pending) == 0 and self.credit > 0 and \
+                self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED:
+            self.conn.write_transfer(self, out, data, n)
+        else:
+            if inb.payload is None:
+                inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
+            self.pending.append(out)
+            self.block()
+        return out
+
+    cdef inline void block(self) noexcept:
+        if not self.in_blocked:
+            self.in_blocked = True
+            self.session.blocked.append(self)
+
+    cdef int send_pending(self) except -1:
+        cdef Delivery out
+        cdef bytes p
+        while len(self.pending) and self.session.remote_incoming_window > 0:
+            out = self.pending[0]
+            if out.offset == 0 and self.credit <= 0:
+                break        # 2.6.7: a new delivery needs credit; a started one may finish
+            if out.offset == 0 and (out.inbound is None or out.settled or (
+                    out.inbound.link is None and not out.inbound.presettled)):
+                # the producer went away before this copy was written: drop it (never seen)
+                self.pending.popleft()
+                continue
+            p = out.inbound.payload
+            if not self.conn.write_transfer(self, out, <const uint8_t*>PyBytes_AS_STRING(p),
+                                            PyBytes_GET_SIZE(p)):
+                break        # window closed mid-message; resumes at out.offset
+            self.pending.popleft()
+        return 0
+
+
+cdef bytes _STATE_MODIFIED_FAILED = b"\x00\x53\x27\xc0\x03\x02\x41\x42"

@@ -1,0 +1,158 @@
+# The router's data plane: address table (filled by the control plane), anonymous relay, and
+# the once-per-loop-iteration output flush. (Included by engine.pyx.)
+
+
+DISTRIBUTION_CODES = {"closest": DIST_CLOSEST, "balanced": DIST_BALANCED,
+                      "multicast": DIST_MULTICAST, "unavailable": DIST_UNAVAILABLE}
+DISTRIBUTION_NAMES = {v: k for k, v in DISTRIBUTION_CODES.items()}
+
+
+cdef class Router:
+    cdef dict addresses              # name -> Address (only while links use it)
+    cdef list dirty                  # connections with output to write
+    cdef public object schedule      # callable(callback): run callback soon (loop.call_soon)
+    cdef bint flush_scheduled
+    cdef public int64_t link_capacity
+    cdef public object resolver      # callable(str) -> distribution name, for anonymous `to`
+    cdef public str container_id
+    cdef public dict open_properties
+    cdef set anonymous               # producer links with a null target
+    cdef dict unroutable             # `to` -> (condition, description): cache of refusals
+    cdef int64_t next_conn_id
+    cdef readonly int64_t n_anonymous_rejected
+
+    def __init__(self, str container_id not None, *, int64_t link_capacity=250,
+                 resolver=None, dict open_properties=None, schedule=None):
+        self.addresses = {}
+        self.dirty = []
+        self.anonymous = set()
+        self.unroutable = {}
+        self.container_id = container_id
+        self.link_capacity = link_capacity
+        self.resolver = resolver
+        self.open_properties = open_properties
+        self.schedule = schedule
+
+    cdef double now(self) noexcept:
+        return monotonic()
+
+    cdef inline void mark_dirty(self, Connection c) noexcept:
+        self.dirty.append(c)
+        if not self.flush_scheduled and self.schedule is not None:
+            self.flush_scheduled = True
+            try:
+                self.schedule(self.flush)
+            except Exception:
+                self.flush_scheduled = False
+
+    def flush(self):
+        """Write every touched connection's output to its transport (one write each)."""
+        cdef Connection c
+        cdef list dirty
+        self.flush_scheduled = False
+        while self.dirty:
+            dirty = self.dirty
+            self.dirty = []
+            for c in dirty:
+                if c.dirty:
+                    try:
+                        c.flush_output()
+                    except Exception:
+                        log.exception("[C%d] write failed", c.conn_id)
+
+    cdef Address get_address(self, str name, int distribution):
+        cdef Address a = self.addresses.get(name)
+        if a is None:
+            a = Address()
+            a.name = name
+            a.distribution = distribution
+            a.router = self
+            self.addresses[name] = a
+            self.unroutable.clear()
+        return a
+
+    cdef int maybe_drop(self, Address a) except -1:
+        if not a.consumers and not a.producers and not len(a.undelivered):
+            if self.addresses.get(a.name) is a:
+                del self.addresses[a.name]
+        return 0
+
+    cdef int anonymous_producer(self, Link link) except -1:
+        # 2.6 / ANONYMOUS-RELAY: credit for a null-target link does not depend on one
+        # address; each message is routed (or refused) on its own
+        self.anonymous.add(link)
+        link.credit = self.link_capacity
+        link.credit_changed()
+        link.conn.write_flow(link.session, link, False)
+        return 0
+
+    cdef int route_anonymous(self, Delivery d, const uint8_t* data, Py_ssize_t n) except -1:
+        cdef Address a
+        to = message_to(data, n)
+        if to is None:
+            return self.refuse(d, "amqp:precondition-failed",
+                               "message on an anonymous link has no 'to' address")
+        a = self.addresses.get(to)
+        if a is not None and a.distribution != DIST_UNAVAILABLE and a.consumers:
+            return a.forward(d, data, n)
+        refusal = self.unroutable.get(to)
+        if refusal is None:
+            dist = "balanced"
+            if self.resolver is not None:
+                dist = self.resolver(to)
+            if dist == "unavailable":
+                refusal = ("amqp:not-found", f"address '{to}' is unavailable")
+            else:
+                refusal = ("amqp:not-found", f"no route to destination '{to}'")
+            if len(self.unroutable) > 10000:
+                self.unroutable.clear()
+            self.unroutable[to] = refusal
+        return self.refuse(d, refusal[0], refusal[1])
+
+    cdef int refuse(self, Delivery d, condition, description) except -1:
+        """REJECTED with an error condition (3.4.2): the message cannot be routed."""
+        self.n_anonymous_rejected += 1
+        if d.presettled:
+            return 0
+        apply_outcome(d, D_REJECTED, encode_state(D_REJECTED, error_value(condition,
+                                                                         description)))
+        return 0
+
+    # --- introspection for the control plane -------------------------------------------------
+
+    def address(self, str name):
+        return self.addresses.get(name)
+
+    def address_names(self):
+        return list(self.addresses)
+
+    def refuse_to(self, str to, condition, description):
+        """Remember that anonymous messages to `to` are refused with this error."""
+        self.unroutable[to] = (condition, description)
+
+
+cdef object message_to(const uint8_t* data, Py_ssize_t n):
+    """The `to` of a bare message (3.2.4 properties), skipping the sections that may precede
+    it; None when absent. Only the anonymous relay needs this."""
+    cdef Reader r
+    cdef uint64_t code
+    cdef uint32_t count
+    cdef Py_ssize_t end
+    r.p = data
+    r.n = n
+    r.pos = 0
+    while r.pos < r.n:
+        r_descriptor(&r, &code)
+        if code == D_PROPERTIES:
+            if not r_list(&r, &count, &end) or count < 3:
+                return None
+            r_skip(&r)                # message-id
+            r_skip(&r)                # user-id
+            v = r_value(&r)
+            return str(v) if v is not None else None
+        if code == D_HEADER or code == D_DELIVERY_ANNOTATIONS or \
+                code == D_MESSAGE_ANNOTATIONS:
+            r_skip(&r)
+            continue
+        return None
+    return None

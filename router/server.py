@@ -1,0 +1,127 @@
+"""Sockets: listeners (plain or TLS), one asyncio Protocol per connection feeding the engine,
+heartbeats, and clean shutdown on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+from typing import Any
+
+from router._fast.engine import Connection
+from router.config import ConfigError, ListenerConfig, RouterConfig
+from router.core import Core
+from router.tls import server_context
+
+log = logging.getLogger("qrouter.server")
+
+
+class AmqpProtocol(asyncio.Protocol):
+    """Bytes in: `Connection.feed`. Bytes out: the engine writes to the transport once per
+    loop iteration (`Router.flush`, scheduled with `loop.call_soon`)."""
+
+    __slots__ = ("core", "listener", "conn")
+
+    def __init__(self, core: Core, listener: ListenerConfig) -> None:
+        self.core = core
+        self.listener = listener
+        self.conn: Connection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.conn = self.core.new_connection(self.listener)
+        self.conn.transport = transport
+        peer = transport.get_extra_info("peername")
+        log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.conn is not None
+        self.conn.feed(data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn is not None:
+            self.conn.transport = None
+            self.conn.connection_lost()
+            self.core.connections.discard(self.conn)
+
+
+class Server:
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.core = Core(config)
+        self.servers: list[asyncio.AbstractServer] = []
+        self.stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.core.engine.schedule = loop.call_soon
+        for lc in self.config.listeners:
+            ctx: ssl.SSLContext | None = None
+            if lc.tls_cert:
+                ctx = server_context(lc.tls_cert, lc.tls_key, lc.tls_ca, lc.require_client_cert)
+            server = await loop.create_server(
+                lambda lc=lc: AmqpProtocol(self.core, lc),
+                host=lc.host,
+                port=lc.port,
+                ssl=ctx,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self.servers.append(server)
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                log.info("listening on %s:%d%s (%s)", host, port, " with TLS" if ctx else "",
+                         lc.role)
+        loop.create_task(self._ticker())
+
+    async def _ticker(self) -> None:
+        # 2.4.5 idle time-out: heartbeats out, dead peers detected
+        while not self.stopping.is_set():
+            await asyncio.sleep(1.0)
+            for conn in list(self.core.connections):
+                conn.tick()
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        for conn in list(self.core.connections):
+            conn.close()
+        self.core.engine.flush()
+        # let the transports write the CLOSE frames before the loop ends
+        await asyncio.sleep(0.05)
+
+
+async def serve(config: RouterConfig) -> int:
+    server = Server(config)
+    try:
+        await server.start()
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except OSError as exc:
+        log.error("cannot listen: %s", exc)
+        return 1
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.stopping.set)
+    log.info("router %s ready", config.id)
+    await server.stopping.wait()
+    log.info("shutting down")
+    await server.stop()
+    return 0
+
+
+def run(config: RouterConfig) -> int:
+    """Run the router until SIGTERM or SIGINT; the process exit code."""
+    runner: Any
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    return int(runner(serve(config)))

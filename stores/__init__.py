@@ -1,0 +1,1 @@
+"""Terminus stores (memory, LMDB, LevelDB)."""

@@ -1,0 +1,1 @@
+"""qrouter-tool and benchmarks."""
