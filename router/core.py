@@ -51,7 +51,9 @@ class Core:
         self.connections: set[Connection] = set()
 
     def new_connection(self, listener: ListenerConfig) -> Connection:
-        mechanisms = [m for m in listener.sasl_mechanisms if m != "ANONYMOUS" or not listener.require_auth]
+        mechanisms = [
+            m for m in listener.sasl_mechanisms if m != "ANONYMOUS" or not listener.require_auth
+        ]
         if self.users is None:
             mechanisms = [m for m in mechanisms if m != "PLAIN"]
         conn = Connection(
@@ -79,7 +81,9 @@ class ConnectionHandler:
         self.listener = listener
 
     # 5.3.3.2 sasl-init
-    def on_sasl(self, conn: Connection, mechanism: str, response: bytes | None, hostname: Any) -> Any:
+    def on_sasl(
+        self, conn: Connection, mechanism: str, response: bytes | None, hostname: Any
+    ) -> Any:
         if mechanism == "ANONYMOUS":
             return not self.listener.require_auth
         if mechanism == "PLAIN" and self.core.users is not None:
@@ -97,7 +101,9 @@ class ConnectionHandler:
     def on_open(self, conn: Connection, fields: dict[str, Any]) -> None:
         cid = fields["container_id"]
         if not isinstance(cid, str) or not cid or len(cid) > MAX_NAME:
-            conn.close("amqp:invalid-field", "container-id must be a string of 1 to 1024 characters")
+            conn.close(
+                "amqp:invalid-field", "container-id must be a string of 1 to 1024 characters"
+            )
             return
         log.info("[C%d] open from container %r", conn.conn_id, cid)
 
@@ -131,15 +137,23 @@ class ConnectionHandler:
         reply_source = dict(source)
         reply_source["address"] = address
         target = fields.get("target")
-        link.attach({
-            "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
-            "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
-            "source": source_value(reply_source),
-            "target": target_value(target) if isinstance(target, dict) else None,
-        })
+        link.attach(
+            {
+                "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
+                "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
+                "source": source_value(reply_source),
+                "target": target_value(target) if isinstance(target, dict) else None,
+            }
+        )
         link.bind(address, DISTRIBUTION_CODES[distribution])
-        log.debug("[C%d][L%d] consumer %r on %r (%s)", link.conn.conn_id, link.handle, link.name,
-                  address, distribution)
+        log.debug(
+            "[C%d][L%d] consumer %r on %r (%s)",
+            link.conn.conn_id,
+            link.handle,
+            link.name,
+            address,
+            distribution,
+        )
 
     def _attach_producer(self, link: Link, fields: dict[str, Any]) -> None:
         target = fields.get("target")
@@ -160,25 +174,33 @@ class ConnectionHandler:
         reply_target["address"] = address
         source = fields.get("source")
         max_size = self.core.config.max_message_size
-        link.attach({
-            "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
-            "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
-            "source": source_value(source) if isinstance(source, dict) else None,
-            "target": target_value(reply_target),
-            "max_message_size": UInt(max_size) if 0 < max_size < 2**32 else None,
-        })
+        link.attach(
+            {
+                "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
+                "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
+                "source": source_value(source) if isinstance(source, dict) else None,
+                "target": target_value(reply_target),
+                "max_message_size": UInt(max_size) if 0 < max_size < 2**32 else None,
+            }
+        )
         if address is None:
             link.bind_anonymous()
         else:
             assert distribution is not None
             link.bind(address, DISTRIBUTION_CODES[distribution])
-        log.debug("[C%d][L%d] producer %r to %r", link.conn.conn_id, link.handle, link.name,
-                  address)
+        log.debug(
+            "[C%d][L%d] producer %r to %r", link.conn.conn_id, link.handle, link.name, address
+        )
 
     def on_detach(self, conn: Connection, link: Link, closed: bool, error: Any) -> None:
         if error:
-            log.info("[C%d][L%d] link %r detached by peer: %s", conn.conn_id, link.handle,
-                     link.name, error)
+            log.info(
+                "[C%d][L%d] link %r detached by peer: %s",
+                conn.conn_id,
+                link.handle,
+                link.name,
+                error,
+            )
 
     def on_closed(self, conn: Connection) -> None:
         self.core.connections.discard(conn)

@@ -61,7 +61,7 @@ class Server:
         self.core.engine.schedule = loop.call_soon
         for lc in self.config.listeners:
             ctx: ssl.SSLContext | None = None
-            if lc.tls_cert:
+            if lc.tls_cert and lc.tls_key:
                 ctx = server_context(lc.tls_cert, lc.tls_key, lc.tls_ca, lc.require_client_cert)
             server = await loop.create_server(
                 lambda lc=lc: AmqpProtocol(self.core, lc),
@@ -74,8 +74,9 @@ class Server:
             self.servers.append(server)
             for sock in server.sockets:
                 host, port = sock.getsockname()[:2]
-                log.info("listening on %s:%d%s (%s)", host, port, " with TLS" if ctx else "",
-                         lc.role)
+                log.info(
+                    "listening on %s:%d%s (%s)", host, port, " with TLS" if ctx else "", lc.role
+                )
         loop.create_task(self._ticker())
 
     async def _ticker(self) -> None:

@@ -95,15 +95,123 @@ cdef struct Reader:
     Py_ssize_t pos
 
 
-cdef int r_need(Reader* r, Py_ssize_t k) except -1
-cdef int r_u8(Reader* r) except -1
-cdef uint32_t r_be32(Reader* r) except? 0xffffffff
+# The per-field readers the engine calls on the per-message path: defined here, inline, so
+# that they compile into the engine module (a cross-module call cannot be inlined).
+
+cdef int raise_decode_error(str message) except -1
+
+cdef inline int r_need(Reader* r, Py_ssize_t k) except -1:
+    if r.pos + k > r.n:
+        raise_decode_error(f"truncated: need {k} bytes at offset {r.pos}, have {r.n - r.pos}")
+    return 0
+
+
+cdef inline int r_u8(Reader* r) except -1:
+    r_need(r, 1)
+    r.pos += 1
+    return r.p[r.pos - 1]
+
+
+cdef inline uint32_t r_be32(Reader* r) except? 0xffffffff:
+    r_need(r, 4)
+    cdef const uint8_t* p = r.p + r.pos
+    r.pos += 4
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline int r_is_null(Reader* r) except -1:
+    r_need(r, 1)
+    if r.p[r.pos] == FC_NULL:
+        r.pos += 1
+        return 1
+    return 0
+
+
+cdef inline int r_uint(Reader* r, uint32_t* out) except -1:
+    """Read a uint (any encoding); 0 if it was null, 1 if a value was stored."""
+    cdef int code = r_u8(r)
+    if code == FC_UINT0:
+        out[0] = 0
+    elif code == FC_SMALLUINT or code == FC_UBYTE:
+        out[0] = r_u8(r)
+    elif code == FC_UINT:
+        out[0] = r_be32(r)
+    elif code == FC_USHORT:
+        r_need(r, 2)
+        out[0] = (<uint32_t>r.p[r.pos] << 8) | r.p[r.pos + 1]
+        r.pos += 2
+    elif code == FC_NULL:
+        return 0
+    else:
+        raise_decode_error(f"expected uint, found format code 0x{code:02x}")
+    return 1
+
+
+cdef inline int r_bool(Reader* r, bint* out) except -1:
+    cdef int code = r_u8(r)
+    if code == FC_TRUE:
+        out[0] = True
+    elif code == FC_FALSE:
+        out[0] = False
+    elif code == FC_BOOL:
+        out[0] = r_u8(r) != 0
+    elif code == FC_NULL:
+        return 0
+    else:
+        raise_decode_error(f"expected boolean, found format code 0x{code:02x}")
+    return 1
+
+
+cdef inline int r_binary(Reader* r, const uint8_t** out, Py_ssize_t* n) except -1:
+    cdef int code = r_u8(r)
+    cdef uint32_t size
+    if code == FC_VBIN8:
+        size = r_u8(r)
+    elif code == FC_VBIN32:
+        size = r_be32(r)
+    elif code == FC_NULL:
+        return 0
+    else:
+        raise_decode_error(f"expected binary, found format code 0x{code:02x}")
+    r_need(r, size)
+    out[0] = r.p + r.pos
+    n[0] = size
+    r.pos += size
+    return 1
+
+
+cdef inline int r_list(Reader* r, uint32_t* count, Py_ssize_t* end) except -1:
+    """Enter a list: its item count and the offset just past it. 0 if null."""
+    cdef int code = r_u8(r)
+    cdef uint32_t size
+    if code == FC_LIST0:
+        count[0] = 0
+        end[0] = r.pos
+        return 1
+    if code == FC_LIST8:
+        size = r_u8(r)
+        r_need(r, size)
+        if size < 1:
+            raise_decode_error("list8 size too small")
+        count[0] = r_u8(r)
+        end[0] = r.pos + size - 1
+    elif code == FC_LIST32:
+        size = r_be32(r)
+        r_need(r, size)
+        if size < 4:
+            raise_decode_error("list32 size too small")
+        count[0] = r_be32(r)
+        end[0] = r.pos + size - 4
+    elif code == FC_NULL:
+        count[0] = 0
+        end[0] = r.pos
+        return 0
+    else:
+        raise_decode_error(f"expected list, found format code 0x{code:02x}")
+    return 1
+
+
 cdef int r_skip(Reader* r) except -1
-cdef int r_is_null(Reader* r) except -1
-cdef int r_uint(Reader* r, uint32_t* out) except -1
 cdef int r_ulong(Reader* r, uint64_t* out) except -1
-cdef int r_bool(Reader* r, bint* out) except -1
-cdef int r_binary(Reader* r, const uint8_t** out, Py_ssize_t* n) except -1
-cdef int r_list(Reader* r, uint32_t* count, Py_ssize_t* end) except -1
 cdef int r_descriptor(Reader* r, uint64_t* code) except -1
 cdef object r_value(Reader* r)

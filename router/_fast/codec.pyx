@@ -27,10 +27,10 @@ class DecodeError(ValueError):
 
 
 # --- wrapper types (1.6): a Python value that remembers its AMQP type -----------------------
-
 class Symbol(str):
     """AMQP symbol: ASCII, used for names of capabilities, conditions, properties keys."""
     __slots__ = ()
+
     def __repr__(self):
         return f"Symbol({str.__repr__(self)})"
 
@@ -44,11 +44,13 @@ class _TypedInt(int):
     __slots__ = ()
     _min = 0
     _max = 0
+
     def __new__(cls, value=0):
         v = int.__new__(cls, value)
         if not cls._min <= v <= cls._max:
             raise OverflowError(f"{cls.__name__} out of range: {int(value)}")
         return v
+
     def __repr__(self):
         return f"{type(self).__name__}({int(self)})"
 
@@ -57,37 +59,45 @@ class UByte(_TypedInt):
     __slots__ = ()
     _max = 0xFF
 
+
 class UShort(_TypedInt):
     __slots__ = ()
     _max = 0xFFFF
+
 
 class UInt(_TypedInt):
     __slots__ = ()
     _max = 0xFFFFFFFF
 
+
 class ULong(_TypedInt):
     __slots__ = ()
     _max = 0xFFFFFFFFFFFFFFFF
+
 
 class Byte(_TypedInt):
     __slots__ = ()
     _min = -0x80
     _max = 0x7F
 
+
 class Short(_TypedInt):
     __slots__ = ()
     _min = -0x8000
     _max = 0x7FFF
+
 
 class Int(_TypedInt):
     __slots__ = ()
     _min = -0x80000000
     _max = 0x7FFFFFFF
 
+
 class Long(_TypedInt):
     __slots__ = ()
     _min = -0x8000000000000000
     _max = 0x7FFFFFFFFFFFFFFF
+
 
 class Timestamp(_TypedInt):
     """Milliseconds since the Unix epoch."""
@@ -104,6 +114,7 @@ class Float(float):
 class _Decimal(bytes):
     __slots__ = ()
     _size = 0
+
     def __new__(cls, raw):
         v = bytes.__new__(cls, raw)
         if len(v) != cls._size:
@@ -115,9 +126,11 @@ class Decimal32(_Decimal):
     __slots__ = ()
     _size = 4
 
+
 class Decimal64(_Decimal):
     __slots__ = ()
     _size = 8
+
 
 class Decimal128(_Decimal):
     __slots__ = ()
@@ -127,14 +140,18 @@ class Decimal128(_Decimal):
 class Described:
     """A described type (1.5): a descriptor (ULong code or Symbol name) and its value."""
     __slots__ = ("descriptor", "value")
+
     def __init__(self, descriptor, value):
         self.descriptor = descriptor
         self.value = value
+
     def __eq__(self, other):
         return (isinstance(other, Described) and self.descriptor == other.descriptor
                 and self.value == other.value)
+
     def __hash__(self):
         return hash((self.descriptor, _freeze(self.value)))
+
     def __repr__(self):
         return f"Described({self.descriptor!r}, {self.value!r})"
 
@@ -143,22 +160,28 @@ class Array:
     """An AMQP array (1.6.24): items of one type, named by its format code (e.g. FC_SYM32);
     ``descriptor`` is set for arrays of a described type."""
     __slots__ = ("code", "items", "descriptor")
+
     def __init__(self, code, items, descriptor=None):
         self.code = code
         self.items = list(items)
         self.descriptor = descriptor
+
     def __eq__(self, other):
         if isinstance(other, Array):
             return self.items == other.items and self.descriptor == other.descriptor
         if isinstance(other, (list, tuple)):
             return self.items == list(other)
         return NotImplemented
+
     def __hash__(self):
         return hash(tuple(_freeze(i) for i in self.items))
+
     def __iter__(self):
         return iter(self.items)
+
     def __len__(self):
         return len(self.items)
+
     def __repr__(self):
         return f"Array(0x{self.code:02x}, {self.items!r})"
 
@@ -177,7 +200,6 @@ def _freeze(v):
 
 
 # --- the writer ------------------------------------------------------------------------------
-
 cdef class Writer:
     def __cinit__(self, Py_ssize_t capacity=4096):
         self.capacity = capacity if capacity > 64 else 64
@@ -340,7 +362,6 @@ cdef class Writer:
     cdef int w_value(self, object v) except -1:
         cdef bytes b
         cdef Py_ssize_t pos
-        cdef uint32_t count
         if v is None:
             return self.w_null()
         t = type(v)
@@ -561,20 +582,26 @@ def _as_code(int code, v):
 class _FixedUInt(int):
     pass
 
+
 class _FixedULong(int):
     pass
+
 
 class _FixedLong(int):
     pass
 
+
 class _FixedInt(int):
     pass
+
 
 class _FixedBool(int):
     pass
 
+
 class _FixedList(list):
     pass
+
 
 class _FixedMap(dict):
     pass
@@ -613,12 +640,8 @@ cdef Writer _fixed_encode(v):
 
 cdef int _widen(Writer w, int code) except -1:
     # undo _shrink: re-encode a list8/map8/list0 as its 32-bit form
-    cdef Reader r
     cdef bytes old = w.getvalue()
     cdef uint32_t size, count
-    r.p = <const uint8_t*>PyBytes_AS_STRING(old)
-    r.n = len(old)
-    r.pos = 0
     c = old[0]
     if c == FC_LIST0:
         size, count, body = 4, 0, b""
@@ -637,24 +660,8 @@ cdef int _widen(Writer w, int code) except -1:
 
 
 # --- the reader ------------------------------------------------------------------------------
-
-cdef inline int r_need(Reader* r, Py_ssize_t k) except -1:
-    if r.pos + k > r.n:
-        raise DecodeError(f"truncated: need {k} bytes at offset {r.pos}, have {r.n - r.pos}")
-    return 0
-
-
-cdef inline int r_u8(Reader* r) except -1:
-    r_need(r, 1)
-    r.pos += 1
-    return r.p[r.pos - 1]
-
-
-cdef inline uint32_t r_be32(Reader* r) except? 0xffffffff:
-    r_need(r, 4)
-    cdef const uint8_t* p = r.p + r.pos
-    r.pos += 4
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+cdef int raise_decode_error(str message) except -1:
+    raise DecodeError(message)
 
 
 cdef inline uint64_t _be64(const uint8_t* p) noexcept:
@@ -710,34 +717,6 @@ cdef int r_skip(Reader* r) except -1:
     return _skip_body(r, code)
 
 
-cdef inline int r_is_null(Reader* r) except -1:
-    r_need(r, 1)
-    if r.p[r.pos] == FC_NULL:
-        r.pos += 1
-        return 1
-    return 0
-
-
-cdef int r_uint(Reader* r, uint32_t* out) except -1:
-    """Read a uint (any encoding); 0 if it was null, 1 if a value was stored."""
-    cdef int code = r_u8(r)
-    if code == FC_UINT0:
-        out[0] = 0
-    elif code == FC_SMALLUINT or code == FC_UBYTE:
-        out[0] = r_u8(r)
-    elif code == FC_UINT:
-        out[0] = r_be32(r)
-    elif code == FC_USHORT:
-        r_need(r, 2)
-        out[0] = (<uint32_t>r.p[r.pos] << 8) | r.p[r.pos + 1]
-        r.pos += 2
-    elif code == FC_NULL:
-        return 0
-    else:
-        raise DecodeError(f"expected uint, found format code 0x{code:02x}")
-    return 1
-
-
 cdef int r_ulong(Reader* r, uint64_t* out) except -1:
     cdef int code = r_u8(r)
     cdef uint32_t u
@@ -760,74 +739,11 @@ cdef int r_ulong(Reader* r, uint64_t* out) except -1:
     return 1
 
 
-cdef int r_bool(Reader* r, bint* out) except -1:
-    cdef int code = r_u8(r)
-    if code == FC_TRUE:
-        out[0] = True
-    elif code == FC_FALSE:
-        out[0] = False
-    elif code == FC_BOOL:
-        out[0] = r_u8(r) != 0
-    elif code == FC_NULL:
-        return 0
-    else:
-        raise DecodeError(f"expected boolean, found format code 0x{code:02x}")
-    return 1
-
-
-cdef int r_binary(Reader* r, const uint8_t** out, Py_ssize_t* n) except -1:
-    cdef int code = r_u8(r)
-    cdef uint32_t size
-    if code == FC_VBIN8:
-        size = r_u8(r)
-    elif code == FC_VBIN32:
-        size = r_be32(r)
-    elif code == FC_NULL:
-        return 0
-    else:
-        raise DecodeError(f"expected binary, found format code 0x{code:02x}")
-    r_need(r, size)
-    out[0] = r.p + r.pos
-    n[0] = size
-    r.pos += size
-    return 1
-
-
-cdef int r_list(Reader* r, uint32_t* count, Py_ssize_t* end) except -1:
-    """Enter a list: its item count and the offset just past it. 0 if null."""
-    cdef int code = r_u8(r)
-    cdef uint32_t size
-    if code == FC_LIST0:
-        count[0] = 0
-        end[0] = r.pos
-        return 1
-    if code == FC_LIST8:
-        size = r_u8(r)
-        r_need(r, size)
-        if size < 1:
-            raise DecodeError("list8 size too small")
-        count[0] = r_u8(r)
-        end[0] = r.pos + size - 1
-    elif code == FC_LIST32:
-        size = r_be32(r)
-        r_need(r, size)
-        if size < 4:
-            raise DecodeError("list32 size too small")
-        count[0] = r_be32(r)
-        end[0] = r.pos + size - 4
-    elif code == FC_NULL:
-        count[0] = 0
-        end[0] = r.pos
-        return 0
-    else:
-        raise DecodeError(f"expected list, found format code 0x{code:02x}")
-    return 1
-
-
 cdef int r_descriptor(Reader* r, uint64_t* code) except -1:
     """Read the descriptor of a described value whose descriptor is a ulong code. Symbolic
     descriptors are mapped to their numeric code for the types the engine knows; others give
     code 0xffffffffffffffff."""
+
     cdef int fc = r_u8(r)
     if fc != FC_DESCRIBED:
         raise DecodeError(f"expected a described type, found format code 0x{fc:02x}")
@@ -865,8 +781,7 @@ _SYMBOLIC = {
 
 
 cdef object _r_body(Reader* r, int code):
-    cdef uint32_t size, count, i
-    cdef Py_ssize_t end
+    cdef uint32_t size
     cdef uint64_t u64
     cdef uint32_t u32
     cdef double d
@@ -968,7 +883,7 @@ cdef object _r_body(Reader* r, int code):
 
 
 cdef object _r_compound(Reader* r, int code):
-    cdef uint32_t size, count, i
+    cdef uint32_t size, count
     cdef Py_ssize_t end, saved_n
     if code == FC_LIST8 or code == FC_MAP8:
         size = r_u8(r)
@@ -991,12 +906,12 @@ cdef object _r_compound(Reader* r, int code):
     r.n = end
     try:
         if code == FC_LIST8 or code == FC_LIST32:
-            out = [r_value(r) for i in range(count)]
+            out = [r_value(r) for _ in range(count)]
         else:
             if count % 2:
                 raise DecodeError("map with an odd number of items")
             out = {}
-            for i in range(count // 2):
+            for _ in range(count // 2):
                 k = r_value(r)
                 try:
                     out[k] = r_value(r)
@@ -1010,7 +925,7 @@ cdef object _r_compound(Reader* r, int code):
 
 
 cdef object _r_array(Reader* r, int code):
-    cdef uint32_t size, count, i
+    cdef uint32_t size, count
     cdef Py_ssize_t end, saved_n
     cdef int ec
     if code == FC_ARRAY8:
@@ -1041,7 +956,7 @@ cdef object _r_array(Reader* r, int code):
                 raise DecodeError("array of zero-width items too long")
         elif count > <uint32_t>(end - r.pos):
             raise DecodeError(f"array count {count} exceeds its size")
-        items = [_r_body(r, ec) for i in range(count)]
+        items = [_r_body(r, ec) for _ in range(count)]
         if descriptor is not None:
             items = [Described(descriptor, v) for v in items]
         if r.pos != end:
@@ -1060,9 +975,9 @@ cdef object r_value(Reader* r):
 
 
 # --- Python API --------------------------------------------------------------------------------
-
 def encode(value) -> bytes:
     """Encode one value (see the module doc for how plain Python types map)."""
+
     cdef Writer w = Writer(256)
     w.w_value(value)
     return w.take()
@@ -1070,6 +985,7 @@ def encode(value) -> bytes:
 
 def decode(data, Py_ssize_t offset=0):
     """Decode the one value at ``offset``; returns ``(value, next_offset)``."""
+
     cdef bytes b = bytes(data)
     cdef Reader r
     r.p = <const uint8_t*>PyBytes_AS_STRING(b)
@@ -1083,6 +999,7 @@ def decode(data, Py_ssize_t offset=0):
 
 def decode_all(data) -> list:
     """Decode a sequence of values filling ``data`` exactly (e.g. the sections of a message)."""
+
     cdef bytes b = bytes(data)
     cdef Reader r
     r.p = <const uint8_t*>PyBytes_AS_STRING(b)

@@ -13,17 +13,15 @@ import logging
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp
 
 cimport cython
 
 from router._fast.codec cimport (
-    FC_LIST0, FC_LIST8, FC_LIST32, FC_NULL, FC_STR8, FC_STR32, FC_SYM8, FC_SYM32, Reader,
-    Writer, r_binary, r_bool, r_descriptor, r_is_null, r_list, r_need, r_skip, r_u8, r_uint,
-    r_ulong, r_value, r_be32,
+    Reader, Writer, r_binary, r_bool, r_descriptor, r_is_null, r_list, r_skip, r_uint, r_value,
 )
 from router._fast.codec import (
-    Array, DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, symbol_array,
+    DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, symbol_array,
 )
 from router._fast.constants cimport *
 

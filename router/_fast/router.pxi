@@ -114,8 +114,8 @@ cdef class Router:
         self.n_anonymous_rejected += 1
         if d.presettled:
             return 0
-        apply_outcome(d, D_REJECTED, encode_state(D_REJECTED, error_value(condition,
-                                                                         description)))
+        state = encode_state(D_REJECTED, error_value(condition, description))
+        apply_outcome(d, D_REJECTED, state)
         return 0
 
     # --- introspection for the control plane -------------------------------------------------
