@@ -1,0 +1,105 @@
+"""The ``qrouter`` command: ``qrouter start [options]`` (docs/configuration.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import click
+
+from router import __version__
+from router.config import LOG_FORMATS, LOG_LEVELS, STORES, ConfigError, RouterConfig, load_config
+
+# Store name -> module that implements it. Only memory ships today; the others come with the
+# store layer (stores/), and `start` refuses them until their module is importable.
+STORE_MODULES = {"memory": None, "lmdb": "stores.lmdb_store", "leveldb": "stores.leveldb_store"}
+
+
+def _fail(message: str) -> None:
+    click.echo(f"qrouter: error: {message}", err=True)
+    sys.exit(2)
+
+
+def _store_available(module: str | None) -> bool:
+    if module is None:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="qrouter")
+def main() -> None:
+    """qrouter: an AMQP 1.0 message router."""
+
+
+@main.command()
+@click.option("--config", "config_file", metavar="FILE", help="TOML configuration file.")
+@click.option(
+    "--listen",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Listen here (repeatable); replaces the configured normal listeners. [::1]:5672 for IPv6.",
+)
+@click.option(
+    "--address",
+    multiple=True,
+    metavar="PREFIX=DISTRIBUTION",
+    help="Add an address entry (repeatable); with '*' or '#' it is a pattern.",
+)
+@click.option("--id", "router_id", metavar="ID", help="Router id (default qrouter-<hostname>).")
+@click.option("--store", type=click.Choice(STORES), help="Terminus store (default memory).")
+@click.option("--store-path", metavar="DIR", help="Directory of an lmdb or leveldb store.")
+@click.option(
+    "--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="Default info."
+)
+@click.option(
+    "--log-format", type=click.Choice(LOG_FORMATS), help="text, or json: one object a line."
+)
+@click.option("--users-file", metavar="FILE", help="Users for SASL PLAIN (qrouter-tool passwd).")
+def start(
+    config_file: str | None,
+    listen: tuple[str, ...],
+    address: tuple[str, ...],
+    router_id: str | None,
+    store: str | None,
+    store_path: str | None,
+    log_level: str | None,
+    log_format: str | None,
+    users_file: str | None,
+) -> None:
+    """Run the router until SIGINT or SIGTERM."""
+    try:
+        cfg = load_config(
+            config_file,
+            listen=listen,
+            address=address,
+            id=router_id,
+            store=store,
+            store_path=store_path,
+            log_level=log_level,
+            log_format=log_format,
+            users_file=users_file,
+        )
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    _check_store(cfg, from_cli=store is not None)
+    from router.log import setup_logging
+
+    setup_logging(cfg.log_level, cfg.log_format, cfg.log_modules)
+    from router.server import run  # the server pulls in the Cython engine: import it last
+
+    sys.exit(run(cfg))
+
+
+def _check_store(cfg: RouterConfig, *, from_cli: bool) -> None:
+    if _store_available(STORE_MODULES[cfg.store]):
+        return
+    where = "--store" if from_cli or cfg.source is None else f"{cfg.source}: store"
+    _fail(
+        f"{where}: {cfg.store!r} is not available yet ({STORE_MODULES[cfg.store]} is not "
+        "installed); use memory"
+    )

@@ -1,0 +1,520 @@
+"""Router configuration: dataclasses, TOML loading, validation, CLI overrides.
+
+The file format and every setting are documented in docs/configuration.md. Every problem is
+reported as one `ConfigError` line naming the file, the key (``listener[1].port``) and what is
+wrong; a problem in a command-line option names the option instead (``--listen: ...``).
+
+Relative paths in a config file (TLS files, ``users_file``, ``store_path``) are taken relative
+to the directory of that file; relative paths given on the command line, relative to the
+current directory. Both are stored absolute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from router.addresses import DISTRIBUTIONS, check_pattern, normalize_prefix
+
+ROLES = ("normal", "inter-router")
+SASL_MECHANISMS = ("ANONYMOUS", "PLAIN")
+STORES = ("memory", "lmdb", "leveldb")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+LOG_FORMATS = ("text", "json")
+
+_UINT32_MAX = 2**32 - 1
+_MIN_MAX_FRAME_SIZE = 512  # 2.7.1 open: min-max-frame-size
+
+
+class ConfigError(Exception):
+    """A configuration problem, as one line: ``<file>: <key>: <what is wrong>``."""
+
+    def __init__(self, what: str, *, key: str | None = None, file: str | None = None) -> None:
+        self.what = what
+        self.key = key
+        self.file = file
+        super().__init__(": ".join(part for part in (file, key, what) if part))
+
+    def located(self, *, key: str | None = None, file: str | None = None) -> ConfigError:
+        """A copy with `file` (and `key`, when this error has none) filled in."""
+        return ConfigError(self.what, key=self.key or key, file=self.file or file)
+
+
+def _default_id() -> str:
+    return "qrouter-" + socket.gethostname()
+
+
+@dataclass
+class ListenerConfig:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    role: str = "normal"  # "normal" | "inter-router"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    require_client_cert: bool = False
+    sasl_mechanisms: tuple[str, ...] = ("ANONYMOUS", "PLAIN")
+    require_auth: bool = False  # True: ANONYMOUS and no-SASL connections are refused
+    max_frame_size: int = 65536
+    channel_max: int = 32767
+    idle_timeout: float = 16.0  # seconds; 0 disables
+
+
+@dataclass
+class AddressConfig:
+    prefix: str | None = None  # exactly one of prefix and pattern is set
+    pattern: str | None = None
+    distribution: str = "balanced"  # closest | balanced | multicast | unavailable
+
+
+@dataclass
+class RouterConfig:
+    id: str = field(default_factory=_default_id)
+    listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
+    addresses: list[AddressConfig] = field(default_factory=list)
+    default_distribution: str = "balanced"
+    oslo_preset: bool = True
+    users_file: str | None = None
+    store: str = "memory"
+    store_path: str | None = None
+    log_level: str = "info"
+    log_format: str = "text"
+    log_modules: dict[str, str] = field(default_factory=dict)
+    max_message_size: int = 100 * 1024 * 1024  # bytes, 0 = unlimited
+    link_capacity: int = 250  # max credit the router grants one producer link
+    source: str | None = None  # config file path, for messages
+
+
+# -- type checks ----------------------------------------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _want_str(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a string, got {_type_name(value)}", key=key)
+    return value
+
+
+def _want_bool(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {_type_name(value)}", key=key)
+    return value
+
+
+def _want_int(key: str, value: object, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"expected an integer, got {_type_name(value)}", key=key)
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"{value} is out of range (must be {bounds})", key=key)
+    return value
+
+
+def _want_number(key: str, value: object, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"expected a number, got {_type_name(value)}", key=key)
+    if not value >= low:  # also refuses nan
+        raise ConfigError(f"{value} is out of range (must be at least {low})", key=key)
+    return float(value)
+
+
+def _want_choice(key: str, value: object, choices: Sequence[str]) -> str:
+    text = _want_str(key, value)
+    if text not in choices:
+        raise ConfigError(f"{text!r} is not one of {', '.join(choices)}", key=key)
+    return text
+
+
+def _want_table(key: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a table, got {_type_name(value)}", key=key)
+    return value
+
+
+def _want_tables(key: str, value: object) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        raise ConfigError(
+            f"expected an array of tables ([[{key}]]), got {_type_name(value)}", key=key
+        )
+    return [_want_table(f"{key}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _check_keys(key: str | None, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for name in table:
+        if name not in allowed:
+            full = f"{key}.{name}" if key else name
+            raise ConfigError(f"unknown key (known: {', '.join(allowed)})", key=full)
+
+
+def _path(key: str, value: object, base: str | None) -> str:
+    text = _want_str(key, value)
+    if not text:
+        raise ConfigError("must not be empty", key=key)
+    text = os.path.expanduser(text)
+    return os.path.abspath(os.path.join(base, text) if base else text)
+
+
+def _readable_file(key: str, path: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key=key) from None
+
+
+# -- TOML tables -> dataclasses -------------------------------------------------------------
+
+_LISTENER_KEYS = tuple(f.name for f in fields(ListenerConfig))
+_ADDRESS_KEYS = ("prefix", "pattern", "distribution")
+_TOP_KEYS = (
+    "id",
+    "default_distribution",
+    "oslo_preset",
+    "users_file",
+    "store",
+    "store_path",
+    "max_message_size",
+    "link_capacity",
+    "log",
+    "listener",
+    "address",
+)
+_LOG_KEYS = ("level", "format", "modules")
+
+
+def _listener(key: str, table: Mapping[str, Any], base: str | None) -> ListenerConfig:
+    _check_keys(key, table, _LISTENER_KEYS)
+    lc = ListenerConfig()
+    k = f"{key}."
+    if "host" in table:
+        lc.host = _want_str(k + "host", table["host"])
+    if "port" in table:
+        lc.port = _want_int(k + "port", table["port"], 0, 65535)
+    if "role" in table:
+        lc.role = _want_choice(k + "role", table["role"], ROLES)
+    for name in ("tls_cert", "tls_key", "tls_ca"):
+        if name in table:
+            setattr(lc, name, _path(k + name, table[name], base))
+    if "require_client_cert" in table:
+        lc.require_client_cert = _want_bool(k + "require_client_cert", table["require_client_cert"])
+    if "sasl_mechanisms" in table:
+        lc.sasl_mechanisms = _mechanisms(k + "sasl_mechanisms", table["sasl_mechanisms"])
+    if "require_auth" in table:
+        lc.require_auth = _want_bool(k + "require_auth", table["require_auth"])
+    if "max_frame_size" in table:
+        lc.max_frame_size = _want_int(
+            k + "max_frame_size", table["max_frame_size"], _MIN_MAX_FRAME_SIZE, _UINT32_MAX
+        )
+    if "channel_max" in table:
+        lc.channel_max = _want_int(k + "channel_max", table["channel_max"], 0, 65535)
+    if "idle_timeout" in table:
+        lc.idle_timeout = _want_number(k + "idle_timeout", table["idle_timeout"], 0.0)
+    return lc
+
+
+def _mechanisms(key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError("expected a non-empty array of mechanism names", key=key)
+    names: list[str] = []
+    for i, item in enumerate(value):
+        name = _want_str(f"{key}[{i}]", item).upper()
+        if name not in SASL_MECHANISMS:
+            raise ConfigError(f"{item!r} is not one of {', '.join(SASL_MECHANISMS)}", key=key)
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _address(key: str, table: Mapping[str, Any]) -> AddressConfig:
+    _check_keys(key, table, _ADDRESS_KEYS)
+    ac = AddressConfig()
+    if "prefix" in table:
+        ac.prefix = _want_str(f"{key}.prefix", table["prefix"])
+    if "pattern" in table:
+        ac.pattern = _want_str(f"{key}.pattern", table["pattern"])
+    if "distribution" in table:
+        ac.distribution = _want_choice(f"{key}.distribution", table["distribution"], DISTRIBUTIONS)
+    return ac
+
+
+def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
+    _check_keys(None, doc, _TOP_KEYS)
+    cfg = RouterConfig()
+    if "id" in doc:
+        cfg.id = _want_str("id", doc["id"])
+    if "default_distribution" in doc:
+        cfg.default_distribution = _want_choice(
+            "default_distribution", doc["default_distribution"], DISTRIBUTIONS
+        )
+    if "oslo_preset" in doc:
+        cfg.oslo_preset = _want_bool("oslo_preset", doc["oslo_preset"])
+    if "users_file" in doc:
+        cfg.users_file = _path("users_file", doc["users_file"], base)
+    if "store" in doc:
+        cfg.store = _want_choice("store", doc["store"], STORES)
+    if "store_path" in doc:
+        cfg.store_path = _path("store_path", doc["store_path"], base)
+    if "max_message_size" in doc:
+        cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
+    if "link_capacity" in doc:
+        cfg.link_capacity = _want_int("link_capacity", doc["link_capacity"], 1, _UINT32_MAX)
+    if "log" in doc:
+        log = _want_table("log", doc["log"])
+        _check_keys("log", log, _LOG_KEYS)
+        if "level" in log:
+            cfg.log_level = _want_choice("log.level", log["level"], LOG_LEVELS)
+        if "format" in log:
+            cfg.log_format = _want_choice("log.format", log["format"], LOG_FORMATS)
+        if "modules" in log:
+            modules = _want_table("log.modules", log["modules"])
+            cfg.log_modules = {
+                name: _want_choice(f"log.modules.{name}", level, LOG_LEVELS)
+                for name, level in modules.items()
+            }
+    if "listener" in doc:
+        tables = _want_tables("listener", doc["listener"])
+        if not tables:
+            raise ConfigError("needs at least one [[listener]] table", key="listener")
+        cfg.listeners = [_listener(f"listener[{i}]", t, base) for i, t in enumerate(tables)]
+    if "address" in doc:
+        tables = _want_tables("address", doc["address"])
+        cfg.addresses = [_address(f"address[{i}]", t) for i, t in enumerate(tables)]
+    return cfg
+
+
+# -- command-line values --------------------------------------------------------------------
+
+
+def parse_listen(value: str) -> ListenerConfig:
+    """``HOST:PORT``, ``:PORT`` (127.0.0.1), ``PORT`` or ``[IPv6]:PORT`` -> a normal listener."""
+    text = value.strip()
+    match = re.fullmatch(r"\[([^\]]*)\]:(\d+)|([^:\[\]]*):(\d+)|(\d+)", text)
+    if match is None:
+        raise ConfigError(f"{value!r} is not HOST:PORT (use [ADDR]:PORT for IPv6)", key="--listen")
+    v6_host, v6_port, host, port, bare_port = match.groups()
+    host = v6_host if v6_host is not None else (host or "127.0.0.1")
+    number = int(v6_port or port or bare_port)
+    if not host:
+        raise ConfigError(f"{value!r}: empty host", key="--listen")
+    if number > 65535:
+        raise ConfigError(f"{value!r}: port {number} is out of range (0-65535)", key="--listen")
+    return ListenerConfig(host=host, port=number)
+
+
+def parse_address_option(value: str) -> AddressConfig:
+    """``PREFIX=DISTRIBUTION``; a left side containing ``*`` or ``#`` is a pattern."""
+    name, sep, distribution = value.partition("=")
+    name, distribution = name.strip(), distribution.strip()
+    if not sep or not name or not distribution:
+        raise ConfigError(f"{value!r} is not PREFIX=DISTRIBUTION", key="--address")
+    if distribution not in DISTRIBUTIONS:
+        raise ConfigError(
+            f"{value!r}: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}",
+            key="--address",
+        )
+    if "*" in name or "#" in name:
+        return AddressConfig(pattern=name, distribution=distribution)
+    return AddressConfig(prefix=name, distribution=distribution)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def _check_listener(key: str, lc: ListenerConfig) -> None:
+    """Rules within one listener (the rules across settings are in `_cross_check`)."""
+    if not lc.host:
+        raise ConfigError("must not be empty", key=f"{key}.host")
+    if (lc.tls_cert is None) != (lc.tls_key is None):
+        missing = "tls_key" if lc.tls_key is None else "tls_cert"
+        given = "tls_cert" if lc.tls_key is None else "tls_key"
+        raise ConfigError(f"missing (required with {given})", key=f"{key}.{missing}")
+    if lc.tls_ca is not None and lc.tls_cert is None:
+        raise ConfigError(
+            "needs tls_cert and tls_key (TLS is off without them)", key=f"{key}.tls_ca"
+        )
+    if lc.require_client_cert and lc.tls_ca is None:
+        raise ConfigError(
+            "needs tls_ca (the CA that signs client certificates)",
+            key=f"{key}.require_client_cert",
+        )
+    for name in ("tls_cert", "tls_key", "tls_ca"):
+        path = getattr(lc, name)
+        if path is not None:
+            _readable_file(f"{key}.{name}", path)
+    if lc.tls_cert is not None and lc.tls_key is not None:
+        from router.tls import server_context  # ssl only when TLS is configured
+
+        try:
+            server_context(lc.tls_cert, lc.tls_key, lc.tls_ca, lc.require_client_cert)
+        except ConfigError as exc:
+            raise ConfigError(exc.what, key=f"{key}.{exc.key or 'tls_cert'}") from None
+    if lc.require_auth and "PLAIN" not in lc.sasl_mechanisms:
+        raise ConfigError("needs PLAIN in sasl_mechanisms", key=f"{key}.require_auth")
+
+
+def _check_address(key: str, ac: AddressConfig) -> None:
+    if (ac.prefix is None) == (ac.pattern is None):
+        raise ConfigError("set exactly one of prefix and pattern", key=key)
+    try:
+        if ac.prefix is not None:
+            ac.prefix = normalize_prefix(ac.prefix)
+        else:
+            assert ac.pattern is not None
+            check_pattern(ac.pattern)
+    except ValueError as exc:
+        name = "prefix" if ac.prefix is not None else "pattern"
+        raise ConfigError(str(exc), key=key if key.startswith("--") else f"{key}.{name}") from None
+    if ac.distribution not in DISTRIBUTIONS:
+        raise ConfigError(
+            f"{ac.distribution!r} is not one of {', '.join(DISTRIBUTIONS)}",
+            key=f"{key}.distribution",
+        )
+
+
+# Where a setting came from, for messages: (file or None, key or --option).
+_Origin = tuple[str | None, str]
+
+
+def _cross_check(
+    cfg: RouterConfig, origin: Callable[[str], _Origin], listener_origins: list[_Origin]
+) -> None:
+    """Rules that involve several settings, each blamed on where its value came from."""
+
+    def fail(where: _Origin, what: str) -> ConfigError:
+        return ConfigError(what, file=where[0], key=where[1])
+
+    if not cfg.id or any(ch.isspace() or not ch.isprintable() for ch in cfg.id):
+        raise fail(origin("id"), f"{cfg.id!r}: must be non-empty, without spaces")
+    if cfg.store != "memory" and not cfg.store_path:
+        where = origin("store")
+        what = f"store {cfg.store!r} needs " + (
+            "--store-path" if where[0] is None else "store_path"
+        )
+        raise fail(where, what)
+    if cfg.users_file is not None:
+        try:
+            _readable_file("users_file", cfg.users_file)
+        except ConfigError as exc:
+            raise fail(origin("users_file"), exc.what) from None
+        from router.auth import UserDB  # auth imports this module
+
+        UserDB.load(cfg.users_file)  # a bad line: "<users file>: line <n>: <what>"
+    seen: dict[tuple[str, int], _Origin] = {}
+    for lc, where in zip(cfg.listeners, listener_origins, strict=True):
+        if lc.require_auth and cfg.users_file is None:
+            raise fail(
+                (where[0], f"{where[1]}.require_auth"), "needs users_file (nobody could log in)"
+            )
+        address = (lc.host, lc.port)
+        if lc.port != 0 and address in seen:
+            other = seen[address][1]
+            key = where[1] if where[1].startswith("--") else f"{where[1]}.port"
+            raise fail((where[0], key), f"{lc.host}:{lc.port} is also used by {other}")
+        seen[address] = where
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"invalid TOML: not UTF-8 ({exc.reason})", file=path) from None
+
+
+_SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
+    "id": _want_str,
+    "store": lambda key, value: _want_choice(key, value, STORES),
+    "store_path": lambda key, value: _path(key, value, None),
+    "users_file": lambda key, value: _path(key, value, None),
+    "log_level": lambda key, value: _want_choice(key, str(value).lower(), LOG_LEVELS),
+    "log_format": lambda key, value: _want_choice(key, value, LOG_FORMATS),
+    "default_distribution": lambda key, value: _want_choice(key, value, DISTRIBUTIONS),
+}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
+    """Read `path` (TOML; None = defaults only), apply command-line `overrides`, validate.
+
+    `overrides`: ``listen`` (HOST:PORT strings or ListenerConfig; replaces the configured
+    *normal* listeners, inter-router ones are kept), ``address`` (PREFIX=DIST strings or
+    AddressConfig; appended after the file's entries, so they win over them), and ``id``,
+    ``store``, ``store_path``, ``users_file``, ``log_level``, ``log_format``,
+    ``default_distribution`` (replace). None and empty values are ignored, so click options
+    can be passed through unchanged. Raises ConfigError.
+    """
+    cfg = RouterConfig()
+    listener_origins: list[_Origin] = [(None, "listener[0]")]
+    if path is not None:
+        doc = _read_toml(path)
+        try:
+            cfg = _from_table(doc, os.path.dirname(os.path.abspath(path)))
+            for i, lc in enumerate(cfg.listeners):
+                _check_listener(f"listener[{i}]", lc)
+            for i, ac in enumerate(cfg.addresses):
+                _check_address(f"address[{i}]", ac)
+        except ConfigError as exc:
+            raise exc.located(file=path) from None
+        cfg.source = path
+        listener_origins = [(path, f"listener[{i}]") for i in range(len(cfg.listeners))]
+
+    given: set[str] = set()
+    for name, value in overrides.items():
+        if value is None or (name in ("listen", "address") and not value):
+            continue
+        given.add(name)
+        if name in ("listen", "address") and isinstance(value, str):
+            value = [value]
+        if name == "listen":
+            new = [v if isinstance(v, ListenerConfig) else parse_listen(v) for v in value]
+            for lc in new:
+                _check_listener("--listen", lc)
+            kept = [
+                (lc, where)
+                for lc, where in zip(cfg.listeners, listener_origins, strict=True)
+                if lc.role != "normal"
+            ]
+            cfg.listeners = new + [lc for lc, _ in kept]
+            listener_origins = [(None, "--listen")] * len(new) + [where for _, where in kept]
+        elif name == "address":
+            for v in value:
+                ac = v if isinstance(v, AddressConfig) else parse_address_option(v)
+                _check_address("--address", ac)
+                cfg.addresses.append(ac)
+        elif name in _SIMPLE_OVERRIDES:
+            setattr(cfg, name, _SIMPLE_OVERRIDES[name](_option(name), value))
+        else:
+            raise TypeError(f"load_config: unknown override {name!r}")
+
+    def origin(name: str) -> _Origin:
+        if name in given:
+            return (None, _option(name))
+        return (path, name)
+
+    _cross_check(cfg, origin, listener_origins)
+    return cfg

@@ -1,0 +1,136 @@
+"""Fixtures for the unit tests: config files, a self-signed certificate, qrouter_tools."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import ipaddress
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _alias_tools_package() -> None:
+    """Make `qrouter_tools` importable from a source checkout (tox installs the real one)."""
+    if importlib.util.find_spec("qrouter_tools") is not None:
+        return
+    spec = importlib.util.spec_from_file_location(
+        "qrouter_tools",
+        REPO / "tools" / "__init__.py",
+        submodule_search_locations=[str(REPO / "tools")],
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["qrouter_tools"] = module
+    spec.loader.exec_module(module)
+
+
+_alias_tools_package()
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[[str], str]:
+    """Write TOML text to a file in tmp_path and return its path."""
+
+    def write(text: str, name: str = "qrouter.toml") -> str:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+@dataclass
+class CertFiles:
+    cert: str  # self-signed, CN and SAN localhost + 127.0.0.1; also its own CA
+    key: str
+    other_key: str  # a key that does not belong to `cert`
+
+
+def _generate_with_cryptography(directory: Path) -> CertFiles:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def write_key(path: Path) -> ec.EllipticCurvePrivateKey:
+        key = ec.generate_private_key(ec.SECP256R1())
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return key
+
+    key = write_key(directory / "key.pem")
+    write_key(directory / "other-key.pem")
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return CertFiles(
+        str(directory / "cert.pem"), str(directory / "key.pem"), str(directory / "other-key.pem")
+    )
+
+
+def _generate_with_openssl(directory: Path) -> CertFiles:
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    for name in ("key.pem", "other-key.pem"):
+        run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(directory / name))
+    run(
+        "req", "-x509", "-new", "-key", str(directory / "key.pem"),
+        "-out", str(directory / "cert.pem"), "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    )  # fmt: skip
+    return CertFiles(
+        str(directory / "cert.pem"), str(directory / "key.pem"), str(directory / "other-key.pem")
+    )
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    """A self-signed certificate made for this run.
+
+    `cryptography` is used when installed; it is not a declared test dependency, so in a fresh
+    tox environment the `openssl` command makes it instead (test_tls.py checks both ways);
+    with neither, the TLS tests are skipped.
+    """
+    directory = tmp_path_factory.mktemp("certs")
+    if importlib.util.find_spec("cryptography") is not None:
+        return _generate_with_cryptography(directory)
+    if shutil.which("openssl"):
+        return _generate_with_openssl(directory)
+    pytest.skip("neither cryptography nor the openssl command is available")
+
+
+@pytest.fixture
+def openssl_certs(tmp_path: Path) -> CertFiles:
+    """Like `certs`, always made with the openssl command (to test that fallback)."""
+    return _generate_with_openssl(tmp_path)

@@ -1,0 +1,203 @@
+"""The qrouter and qrouter-tool commands, through click's CliRunner (no server is started)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from qrouter_tools.cli import main as tool_main
+
+import router as router_package
+from router import __version__
+from router.auth import UserDB, hash_password
+from router.cli import main
+from router.config import RouterConfig
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RouterConfig]]:
+    """Replace router.server with a fake whose run() records the config and returns 0."""
+    calls: list[RouterConfig] = []
+    fake = types.ModuleType("router.server")
+
+    def run(cfg: RouterConfig) -> int:
+        calls.append(cfg)
+        return 0
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "router.server", fake)
+    root = logging.getLogger("qrouter")
+    saved = (root.level, list(root.handlers), root.propagate)
+    yield calls
+    root.setLevel(saved[0])
+    root.handlers[:] = saved[1]
+    root.propagate = saved[2]
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output == f"qrouter, version {__version__}\n"
+
+
+def test_start_defaults(started: list[RouterConfig]) -> None:
+    result = CliRunner().invoke(main, ["start"])
+    assert result.exit_code == 0, result.output
+    assert started == [RouterConfig()]
+
+
+def test_start_options(
+    started: list[RouterConfig], write_config: Callable[..., str], tmp_path: Path
+) -> None:
+    path = write_config("id = 'file'\n[[listener]]\nport = 1\n[[address]]\nprefix = 'a'")
+    users = tmp_path / "users"
+    users.write_text("")
+    result = CliRunner().invoke(
+        main,
+        [
+            "start",
+            "--config", path,
+            "--listen", "[::1]:5000",
+            "--listen", "0.0.0.0:5001",
+            "--address", "b=multicast",
+            "--address", "c.*=closest",
+            "--id", "cli",
+            "--store", "memory",
+            "--log-level", "DEBUG",
+            "--log-format", "json",
+            "--users-file", str(users),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (cfg,) = started
+    assert cfg.source == path and cfg.id == "cli"
+    assert [(lc.host, lc.port) for lc in cfg.listeners] == [("::1", 5000), ("0.0.0.0", 5001)]
+    assert [(a.prefix, a.pattern, a.distribution) for a in cfg.addresses] == [
+        ("a", None, "balanced"),
+        ("b", None, "multicast"),
+        (None, "c.*", "closest"),
+    ]
+    assert (cfg.log_level, cfg.log_format, cfg.users_file) == ("debug", "json", str(users))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--listen", "nope"], "qrouter: error: --listen: 'nope' is not HOST:PORT"),
+        (["--address", "a=fanout"], "qrouter: error: --address: 'a=fanout': 'fanout' is not"),
+        (["--store", "lmdb"], "qrouter: error: --store: store 'lmdb' needs --store-path"),
+        (["--config", "/nonexistent/q.toml"], "qrouter: error: /nonexistent/q.toml: cannot read"),
+    ],
+)
+def test_start_errors(started: list[RouterConfig], args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["start", *args])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert started == []
+
+
+@pytest.mark.parametrize("store", ["lmdb", "leveldb"])
+def test_unavailable_stores(
+    started: list[RouterConfig], store: str, tmp_path: Path, write_config: Callable[..., str]
+) -> None:
+    result = CliRunner().invoke(main, ["start", "--store", store, "--store-path", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "not available yet" in result.stderr and result.stderr.startswith("qrouter: error: ")
+    path = write_config(f"store = '{store}'\nstore_path = 'data'")
+    result = CliRunner().invoke(main, ["start", "--config", path])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"qrouter: error: {path}: store: '{store}' is not available")
+    assert started == []
+
+
+def test_bad_choice_is_a_usage_error(started: list[RouterConfig]) -> None:
+    result = CliRunner().invoke(main, ["start", "--store", "redis"])
+    assert result.exit_code == 2 and "redis" in result.stderr
+
+
+def test_python_dash_m_router(tmp_path: Path) -> None:
+    # Run from tmp_path with the folder of the `router` under test on the path, so an
+    # installed qrouter is not shadowed by the source tree (nor the other way round).
+    env = {**os.environ, "PYTHONPATH": str(Path(router_package.__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-m", "router", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0 and done.stdout == f"qrouter, version {__version__}\n"
+
+
+def test_passwd_stdin_adds_and_updates(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    runner = CliRunner()
+    result = runner.invoke(
+        tool_main, ["passwd", "--file", str(users), "alice", "--password-stdin"], input="pw1\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == f"added user alice in {users}\n"
+    assert UserDB.load(str(users)).verify("alice", "pw1")
+    result = runner.invoke(
+        tool_main, ["passwd", "--file", str(users), "--password-stdin", "alice"], input="pw2\r\n"
+    )
+    assert result.exit_code == 0 and result.output.startswith("updated user alice")
+    db = UserDB.load(str(users))
+    assert db.verify("alice", "pw2") and not db.verify("alice", "pw1")
+
+
+def test_passwd_prompts_with_confirmation(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    result = CliRunner().invoke(
+        tool_main, ["passwd", "--file", str(users), "bob"], input="secret\nsecret\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert "secret" not in result.output  # hidden input
+    assert UserDB.load(str(users)).verify("bob", "secret")
+    result = CliRunner().invoke(
+        tool_main, ["passwd", "--file", str(users), "bob"], input="a\nb\nc\nc\n"
+    )
+    assert result.exit_code == 0
+    assert UserDB.load(str(users)).verify("bob", "c")
+
+
+@pytest.mark.parametrize(
+    ("content", "user", "stdin", "message"),
+    [
+        ("alice\n", "bob", "pw\n", "qrouter-tool: error: {path}: line 1: expected user:hash"),
+        ("", "bob", "\n", "qrouter-tool: error: empty password"),
+        ("", "a:b", "pw\n", "qrouter-tool: error: bad user name"),
+    ],
+)
+def test_passwd_errors(tmp_path: Path, content: str, user: str, stdin: str, message: str) -> None:
+    users = tmp_path / "users"
+    users.write_text(content)
+    result = CliRunner().invoke(
+        tool_main, ["passwd", "--file", str(users), "--password-stdin", user], input=stdin
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message.format(path=users)), result.stderr
+    assert users.read_text() == content  # untouched
+
+
+def test_passwd_keeps_other_users(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text("# team\ncarol:" + hash_password("c", iterations=1000) + "\n")
+    result = CliRunner().invoke(
+        tool_main, ["passwd", "--file", str(users), "--password-stdin", "dave"], input="d\n"
+    )
+    assert result.exit_code == 0
+    db = UserDB.load(str(users))
+    assert db.users() == ["carol", "dave"] and db.verify("carol", "c")
+    assert users.read_text().startswith("# team\ncarol:")
+
+
+def test_tool_has_no_placeholder_commands() -> None:
+    assert sorted(tool_main.commands) == ["passwd"]  # type: ignore[attr-defined]
