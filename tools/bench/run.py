@@ -1,0 +1,668 @@
+"""qrouter benchmark: one table of router throughput, latency and memory, beside direct runs.
+
+    python tools/bench/run.py                      # from a checkout (engine built in place)
+    python -m qrouter_tools.bench.run              # after `pip install .`
+    ... --scenarios direct,one-hop-unsettled --count 200000 --repeat 3 --json out.json --markdown
+
+The load client is our proton-C yardstick, amqp_load.c, compiled on first use (and whenever the
+source is newer) into tools/bench/bin/ in a checkout, else ~/.cache/qrouter/bench/. Every router
+scenario starts its own router on a free 127.0.0.1 port and stops it afterwards. Each rate figure
+is the median of --repeat runs, beside the direct client-to-client run of the same invocation
+(the receiver listens, the sender connects to it) as a ratio. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "amqp_load.c"
+CHECKOUT = HERE.parents[1] if (HERE.parents[1] / "setup.py").exists() else None
+HOST = "127.0.0.1"
+ROUTER_START_S = 20.0
+ROUTER_STOP_S = 10.0
+ATTACH_WAIT_S = 0.3  # receiver first; the router gives the sender credit only once it attached
+IDLE10K = 10_000
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    load: Path  # the amqp_load binary
+    count: int
+    repeat: int
+    body: int
+    credit: int
+    rate: int
+    idle_n: int
+    logs: Path
+
+
+@dataclass
+class Run:
+    """One load-client run: the sender and its receivers."""
+
+    rate: float  # unsettled: sender, first send to last outcome; presettled: receiver span
+    sent: int
+    received: int
+    other: int  # outcomes other than ACCEPTED
+    p50: int
+    p90: int
+    p99: int
+    router_cpu_s: float | None = None
+
+
+@dataclass
+class Row:
+    scenario: str
+    msgs_per_s: float | None = None
+    ratio: float | None = None
+    p50_us: int | None = None
+    p90_us: int | None = None
+    p99_us: int | None = None
+    loss: int | None = None
+    router_cpu_us_per_msg: float | None = None
+    router_rss_mib: float | None = None
+    note: str = ""
+    runs: list[float] = field(default_factory=list)  # msg/s of every repeat
+
+    @property
+    def us_per_msg(self) -> float | None:
+        return 1e6 / self.msgs_per_s if self.msgs_per_s else None
+
+
+# ---------------------------------------------------------------- processes and /proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """True when something listens on 127.0.0.1:port (read from /proc, so nothing connects)."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return any(
+            p[1] == want and p[3] == "0A" for p in (line.split() for line in f) if len(p) > 3
+        )
+
+
+def wait_listening(port: int, proc: subprocess.Popen[Any], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if listening(port):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = ROUTER_STOP_S) -> bool:
+    """SIGTERM, then SIGKILL after timeout; True when it stopped on SIGTERM."""
+    if proc.poll() is not None:
+        return True
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        return False
+
+
+def tail(path: Path, lines: int = 2) -> str:
+    """The last lines of a log that say something (not a traceback's ^^^ markers)."""
+    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+    text = [t.strip() for t in text if t.strip(" ^~")]
+    return " | ".join(text[-lines:])[-300:] or "(no output)"
+
+
+class Router:
+    """One router process: `python -m router start` on a free loopback port."""
+
+    def __init__(self, logs: Path, name: str, *extra: str) -> None:
+        self.port = free_port()
+        slug = re.sub(r"[^\w.-]+", "-", name)
+        self.log = logs / f"router-{slug}-{self.port}.log"
+        listen = ["--listen", f"{HOST}:{self.port}"]
+        self.args = [sys.executable, "-m", "router", "start", *listen, "--log-level", "warning"]
+        self.args += extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Router:
+        env = dict(os.environ)
+        if CHECKOUT:  # run the checkout's router, with its in-place built engine
+            env["PYTHONPATH"] = os.pathsep.join(
+                filter(None, [str(CHECKOUT), env.get("PYTHONPATH")])
+            )
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.args, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+            )
+        if not wait_listening(self.port, self.proc, ROUTER_START_S):
+            stop(self.proc)
+            raise BenchError(f"router failed to start: {tail(self.log)}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        if not stop(self.proc):
+            print(f"warning: router ignored SIGTERM for {ROUTER_STOP_S}s, killed", file=sys.stderr)
+
+    def check(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise BenchError(f"router exited ({self.proc.returncode}): {tail(self.log)}")
+
+    def cpu_s(self) -> float:
+        """utime + stime of the router process (proc(5): fields 14 and 15 of stat)."""
+        assert self.proc is not None
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_kib(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise BenchError("no VmRSS")
+
+
+# ---------------------------------------------------------------- the load client
+
+
+def find_load_client(explicit: Path | None) -> Path:
+    """The amqp_load binary: given, or compiled from amqp_load.c when missing or older."""
+    if explicit:
+        return explicit
+    cache = (
+        HERE / "bin"
+        if CHECKOUT
+        else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qrouter" / "bench"
+    )
+    binary = cache / "amqp_load"
+    if binary.exists() and binary.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return binary
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"amqp_load.{os.getpid()}"  # then rename: concurrent builds stay safe
+    err = ""
+    # Debian's libqpid-proton.so holds core and proactor; other builds split them.
+    for libs in (["-lqpid-proton"], ["-lqpid-proton-proactor", "-lqpid-proton-core"]):
+        cmd = [os.environ.get("CC", "cc"), "-O2", "-o", str(tmp), str(SOURCE), *libs]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            tmp.replace(binary)
+            return binary
+        err = done.stderr.strip()
+    raise BenchError(f"cannot build amqp_load (needs cc and libqpid-proton-dev): {err[-300:]}")
+
+
+def _report(prefix: str, out: str) -> dict[str, str]:
+    for line in out.splitlines():
+        if line.startswith(prefix + " "):
+            return dict(tok.split("=", 1) for tok in line.split()[1:] if "=" in tok)
+    raise BenchError(f"load client printed no {prefix} line: {out.strip()[-300:]!r}")
+
+
+def run_load(
+    cfg: Config,
+    port: int,
+    addr: str,
+    *,
+    count: int,
+    presettled: bool = False,
+    rate: int = 0,
+    receivers: int = 1,
+    listen: bool = False,
+) -> Run:
+    """Start the receiver(s), then the sender; wait (bounded) for all of them."""
+    timeout = 30 + count / 5000 + (count / rate if rate else 0)
+    load, sport = str(cfg.load), str(port)
+    recv = [load, "recv", HOST, sport, addr, str(count), str(cfg.credit), str(cfg.body)]
+    send = [load, "send", HOST, sport, addr, str(count), str(cfg.body), str(int(presettled))]
+    send.append(str(rate))
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(receivers):
+            procs.append(
+                subprocess.Popen(
+                    recv + ["listen"] * listen,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        if listen:
+            wait_listening(port, procs[0], 5.0)
+        else:
+            time.sleep(ATTACH_WAIT_S)
+        procs.append(
+            subprocess.Popen(send, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+        deadline = time.monotonic() + timeout
+        outs = []
+        for p in reversed(procs):  # sender first: receivers end at most 5 s after it
+            try:
+                outs.append(p.communicate(timeout=max(0.1, deadline - time.monotonic()))[0])
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"load client timed out after {timeout:.0f} s") from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    sender, recvs = _report("SEND", outs[0]), [_report("RECV", o) for o in outs[1:]]
+    received = sum(int(r["count"]) for r in recvs)
+    if presettled:
+        msgs_s = min(float(r["rate"]) for r in recvs)
+    else:
+        msgs_s = float(sender["rate"])
+    worst = max(recvs, key=lambda r: int(r["p99"]))  # the slowest receiver's percentiles
+    return Run(
+        rate=msgs_s,
+        sent=int(sender["count"]),
+        received=received,
+        other=int(sender["other"]),
+        p50=int(worst["p50"]),
+        p90=int(worst["p90"]),
+        p99=int(worst["p99"]),
+    )
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+class Bench:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.rows: list[Row] = []
+        self.baselines: dict[tuple[bool, int], Row] = {}
+
+    def median(
+        self, name: str, runs: list[Run], base: Row | None, receivers: int = 1, rate: int = 0
+    ) -> Row:
+        """The median run: by msg/s, or by p99 latency at a fixed rate (where msg/s is set)."""
+        run = sorted(runs, key=lambda r: r.p99 if rate else r.rate)[len(runs) // 2]
+        row = Row(
+            name,
+            run.rate,
+            p50_us=run.p50,
+            p90_us=run.p90,
+            p99_us=run.p99,
+            loss=run.sent * receivers - run.received,
+            runs=[round(r.rate) for r in runs],
+        )
+        if base and base.msgs_per_s and run.rate:
+            row.ratio = run.rate / base.msgs_per_s
+        if run.router_cpu_s is not None and run.sent:
+            row.router_cpu_us_per_msg = run.router_cpu_s * 1e6 / run.sent
+        if run.other:
+            row.note = f"{run.other} not ACCEPTED"
+        return row
+
+    def direct(self, presettled: bool = False, rate: int = 0) -> Row:
+        """The direct client-to-client run of the same invocation (cached per invocation)."""
+        key = (presettled, rate)
+        if key not in self.baselines:
+            name = f"direct {'presettled' if presettled else 'unsettled'}"
+            name += f" @{rate}/s" if rate else ""
+            count = self.count(rate)
+            try:
+                runs = []
+                for _ in range(self.cfg.repeat):
+                    port = free_port()
+                    run = run_load(
+                        self.cfg,
+                        port,
+                        "bench",
+                        count=count,
+                        rate=rate,
+                        listen=True,
+                        presettled=presettled,
+                    )
+                    runs.append(run)
+                row = self.median(name, runs, None, rate=rate)
+            except BenchError as e:
+                row = Row(name, note=f"failed: {e}")
+            self.baselines[key] = row
+            self.rows.append(row)
+        return self.baselines[key]
+
+    def count(self, rate: int) -> int:
+        return min(self.cfg.count, rate * 10) if rate else self.cfg.count  # ≤ 10 s at a fixed rate
+
+    def through_router(
+        self,
+        name: str,
+        *,
+        presettled: bool = False,
+        rate: int = 0,
+        receivers: int = 1,
+        router_args: tuple[str, ...] = (),
+        addr: str = "",
+    ) -> Row:
+        base = self.direct(presettled, rate)
+        try:
+            with Router(self.cfg.logs, name, *router_args) as router:
+                runs = []
+                for i in range(self.cfg.repeat):
+                    cpu0 = router.cpu_s()
+                    run = run_load(
+                        self.cfg,
+                        router.port,
+                        addr or f"bench.{name}.{i}",
+                        count=self.count(rate),
+                        presettled=presettled,
+                        rate=rate,
+                        receivers=receivers,
+                    )
+                    router.check()
+                    run.router_cpu_s = router.cpu_s() - cpu0
+                    runs.append(run)
+                row = self.median(name, runs, base, receivers, rate)
+                row.router_rss_mib = router.rss_kib() / 1024
+        except BenchError as e:
+            return Row(name, note=str(e))
+        if rate:
+            row.ratio = None  # a fixed rate: compare the latency with the direct row instead
+        return row
+
+    def idle(
+        self, name: str, warm: tuple[int, int], load: tuple[int, int]
+    ) -> tuple[Row, dict[str, Any]]:
+        """RSS of the router before and after opening load=(connections, links each) idle."""
+        with Router(self.cfg.logs, name) as router, IdleClient(router.port) as client:
+            client.open(*warm)  # the first connections import and allocate once-only things
+            time.sleep(0.5)
+            rss0 = router.rss_kib()
+            answer = client.open(*load)
+            time.sleep(0.5)
+            router.check()
+            rss1 = router.rss_kib()
+        answer["delta_kib"] = rss1 - rss0
+        return Row(name, router_rss_mib=rss1 / 1024), answer
+
+
+class IdleClient:
+    """idle_client.py in a subprocess, driven over its stdin/stdout."""
+
+    def __init__(self, port: int) -> None:
+        self.args = [sys.executable, str(HERE / "idle_client.py"), HOST, str(port), "--hold", "300"]
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> IdleClient:
+        self.proc = subprocess.Popen(
+            self.args, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        with suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def open(self, conns: int, links: int, timeout: float = 180.0) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(f"open {conns} {links}\n")
+        self.proc.stdin.flush()
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise BenchError(f"idle client: no answer in {timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BenchError(f"idle client exited ({self.proc.wait(5)})")
+        answer: dict[str, Any] = json.loads(line)
+        if answer["failed"]:
+            raise BenchError(f"{answer['failed']}/{conns} connections failed: {answer['error']}")
+        return answer
+
+
+def pending(name: str, issue: int) -> Callable[[Bench], Row]:
+    """A scenario of issue 8 that needs router features still to come: listed, not faked."""
+    return lambda b: Row(name, note=f"n/a (needs issue {issue})")
+
+
+def one_hop(presettled: bool) -> Callable[[Bench], Row]:
+    def scenario(b: Bench) -> Row:
+        name = f"one-hop {'presettled' if presettled else 'unsettled'}"
+        row = b.through_router(name, presettled=presettled)
+        row.note = row.note or f"target ≥ 0.30{' with zero loss' if presettled else ''}"
+        return row
+
+    return scenario
+
+
+def multicast(b: Bench) -> Row:
+    row = b.through_router(
+        "multicast 1→3",
+        receivers=3,
+        addr="bench.multicast",
+        router_args=("--address", "bench.multicast=multicast"),
+    )
+    row.note = row.note or "msg/s in; each message delivered 3 times"
+    return row
+
+
+def latency(b: Bench) -> Row:
+    rate = b.cfg.rate
+    row = b.through_router(f"one-hop unsettled @{rate}/s", rate=rate)
+    row.note = row.note or "latency; target p50 ≤ 100 µs, p99 ≤ 350 µs"
+    return row
+
+
+def idle_connections(b: Bench) -> Row:
+    n = b.cfg.idle_n
+    try:
+        row, answer = b.idle("idle connections", (50, 0), (n, 0))
+    except BenchError as e:
+        return Row("idle connections", note=str(e))
+    row.note = f"{answer['delta_kib'] / n:.1f} KiB per idle connection (N={n}; target ≤ 20)"
+    return row
+
+
+def idle_links(b: Bench) -> Row:
+    n = b.cfg.idle_n
+    try:
+        row, answer = b.idle("idle links", (1, 50), (1, n))
+    except BenchError as e:
+        return Row("idle links", note=str(e))
+    row.note = (
+        f"{answer['delta_kib'] / n:.2f} KiB per idle link (N={n} on 1 connection; target ≤ 2)"
+    )
+    return row
+
+
+def idle10k(b: Bench) -> Row:
+    name = f"{IDLE10K} idle connections"
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < IDLE10K + 200:
+        return Row(name, note=f"n/a: RLIMIT_NOFILE hard limit {hard} < {IDLE10K + 200}")
+    try:
+        row, answer = b.idle(name, (10, 0), (IDLE10K, 0))
+    except BenchError as e:
+        return Row(name, note=str(e))
+    row.note = (
+        f"all open in {answer['secs']:.1f} s; "
+        f"{answer['delta_kib'] / IDLE10K:.1f} KiB per connection"
+    )
+    return row
+
+
+def direct(b: Bench) -> None:
+    b.direct(False)
+    b.direct(True)
+
+
+SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
+    "direct": direct,
+    "one-hop-unsettled": one_hop(False),
+    "one-hop-presettled": one_hop(True),
+    "two-hop-unsettled": pending("two-hop unsettled", 4),
+    "two-hop-presettled": pending("two-hop presettled", 4),
+    "multicast": multicast,
+    "lmdb-unsettled": pending("one-hop unsettled, LMDB durable links", 3),
+    "latency": latency,
+    "idle-conn": idle_connections,
+    "idle-link": idle_links,
+    "idle10k": idle10k,
+}
+
+
+# ---------------------------------------------------------------- output
+
+COLUMNS = [
+    "scenario",
+    "msg/s",
+    "µs/msg",
+    "× direct",
+    "p50 µs",
+    "p90 µs",
+    "p99 µs",
+    "loss",
+    "router CPU µs/msg",
+    "router RSS MiB",
+    "notes",
+]
+
+
+def cells(row: Row) -> list[str]:
+    def fmt(v: float | None, spec: str) -> str:
+        return "" if v is None else format(v, spec)
+
+    return [
+        row.scenario,
+        fmt(row.msgs_per_s, ",.0f"),
+        fmt(row.us_per_msg, ".2f"),
+        fmt(row.ratio, ".2f" if (row.ratio or 1) >= 0.1 else ".3f"),
+        fmt(row.p50_us, "d"),
+        fmt(row.p90_us, "d"),
+        fmt(row.p99_us, "d"),
+        fmt(row.loss, ",d"),
+        fmt(row.router_cpu_us_per_msg, ".2f"),
+        fmt(row.router_rss_mib, ".1f"),
+        row.note,
+    ]
+
+
+def print_table(rows: list[Row], title: str, markdown: bool) -> None:
+    table = [cells(r) for r in rows]
+    if markdown:
+        print(f"{title}\n")
+        print("| " + " | ".join(COLUMNS) + " |")
+        print("|" + "|".join([":---"] + ["---:"] * (len(COLUMNS) - 2) + [":---"]) + "|")
+        for r in table:
+            print("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+        return
+    try:  # rich when it is installed and the output is a terminal (piped: plain, unwrapped)
+        if not sys.stdout.isatty():
+            raise ImportError
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(c) for c in col) for col in zip(COLUMNS, *table, strict=True)]
+        print(title)
+        for r in [COLUMNS, ["-" * w for w in widths], *table]:
+            line = [
+                c.ljust(w) if i in (0, len(r) - 1) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            ]
+            print("  ".join(line).rstrip())
+        return
+    t = Table(title=title)
+    for i, c in enumerate(COLUMNS):
+        t.add_column(c, justify="left" if i in (0, len(COLUMNS) - 1) else "right")
+    for r in table:
+        t.add_row(*r)
+    Console().print(t)
+
+
+def describe(cfg: Config) -> str:
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    models = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
+    cpu = models[0] if models else platform.machine()
+    return (
+        f"qrouter bench {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} × {cpu}, "
+        f"Python {platform.python_version()}; {cfg.count:,} msgs × {cfg.body} B, "
+        f"credit {cfg.credit}, median of {cfg.repeat}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument(
+        "--scenarios", default="all", help=f"comma-separated, or all: {', '.join(SCENARIOS)}"
+    )
+    p.add_argument("--count", type=int, default=200_000, help="messages per run")
+    p.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    p.add_argument("--body", type=int, default=100, help="body size, bytes (≥ 8)")
+    p.add_argument("--credit", type=int, default=1000, help="receiver credit window")
+    p.add_argument("--rate", type=int, default=2000, help="msg/s of the latency scenario")
+    p.add_argument("--idle-n", type=int, default=1000, help="idle connections / links measured")
+    p.add_argument("--amqp-load", type=Path, help="a prebuilt amqp_load binary")
+    p.add_argument("--json", type=Path, help="also write the rows to this file")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = p.parse_args(argv)
+    names = list(SCENARIOS) if args.scenarios == "all" else args.scenarios.split(",")
+    if unknown := [n for n in names if n not in SCENARIOS]:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    # 10,000 connections need 10,000 descriptors in the router, which inherits this limit
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        load = find_load_client(args.amqp_load)
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logs = Path(tempfile.mkdtemp(prefix="qrouter-bench-"))  # kept: logs explain failed rows
+    cfg = Config(
+        load, args.count, args.repeat, args.body, args.credit, args.rate, args.idle_n, logs
+    )
+    bench = Bench(cfg)
+    for name in names:
+        print(f"… {name}", file=sys.stderr, flush=True)
+        try:
+            row = SCENARIOS[name](bench)
+        except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+            row = Row(name, note=f"bench error: {e!r}")  # keep going: the table still prints
+        if row:
+            bench.rows.append(row)
+    title = describe(cfg)
+    print_table(bench.rows, title, args.markdown)
+    print(f"router logs: {logs}", file=sys.stderr)
+    if args.json:
+        rows = [asdict(r) | {"us_per_msg": r.us_per_msg} for r in bench.rows]
+        config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
+        doc = {"title": title, "config": config, "rows": rows}
+        args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
