@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import click
@@ -10,23 +9,10 @@ import click
 from router import __version__
 from router.config import LOG_FORMATS, LOG_LEVELS, STORES, ConfigError, RouterConfig, load_config
 
-# Store name -> module that implements it. Only memory ships today; the others come with the
-# store layer (stores/), and `start` refuses them until their module is importable.
-STORE_MODULES = {"memory": None, "lmdb": "stores.lmdb_store", "leveldb": "stores.leveldb_store"}
-
 
 def _fail(message: str) -> None:
     click.echo(f"qrouter: error: {message}", err=True)
     sys.exit(2)
-
-
-def _store_available(module: str | None) -> bool:
-    if module is None:
-        return True
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,6 +39,11 @@ def main() -> None:
 @click.option("--store", type=click.Choice(STORES), help="Terminus store (default memory).")
 @click.option("--store-path", metavar="DIR", help="Directory of an lmdb or leveldb store.")
 @click.option(
+    "--store-sync",
+    type=click.Choice(["batched", "always"]),
+    help="fsync each group commit (always) or about once a second (batched, default).",
+)
+@click.option(
     "--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), help="Default info."
 )
 @click.option(
@@ -66,6 +57,7 @@ def start(
     router_id: str | None,
     store: str | None,
     store_path: str | None,
+    store_sync: str | None,
     log_level: str | None,
     log_format: str | None,
     users_file: str | None,
@@ -79,6 +71,7 @@ def start(
             id=router_id,
             store=store,
             store_path=store_path,
+            store_sync=store_sync,
             log_level=log_level,
             log_format=log_format,
             users_file=users_file,
@@ -96,10 +89,11 @@ def start(
 
 
 def _check_store(cfg: RouterConfig, *, from_cli: bool) -> None:
-    if _store_available(STORE_MODULES[cfg.store]):
-        return
-    where = "--store" if from_cli or cfg.source is None else f"{cfg.source}: store"
-    _fail(
-        f"{where}: {cfg.store!r} is not available yet ({STORE_MODULES[cfg.store]} is not "
-        "installed); use memory"
-    )
+    """A store whose driver is missing is refused before anything starts."""
+    from stores import StoreError, backend_class
+
+    try:
+        backend_class(cfg.store)
+    except StoreError as exc:
+        where = "--store" if from_cli or cfg.source is None else f"{cfg.source}: store"
+        _fail(f"{where}: {exc}")

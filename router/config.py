@@ -24,6 +24,7 @@ from router.addresses import DISTRIBUTIONS, check_pattern, normalize_prefix
 ROLES = ("normal", "inter-router")
 SASL_MECHANISMS = ("ANONYMOUS", "PLAIN")
 STORES = ("memory", "lmdb", "leveldb")
+STORE_SYNC = ("batched", "always")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 LOG_FORMATS = ("text", "json")
 
@@ -82,6 +83,7 @@ class RouterConfig:
     users_file: str | None = None
     store: str = "memory"
     store_path: str | None = None
+    store_sync: str = "batched"  # "always": fsync every group commit; "batched": ~1 s
     log_level: str = "info"
     log_format: str = "text"
     log_modules: dict[str, str] = field(default_factory=dict)
@@ -188,6 +190,7 @@ _TOP_KEYS = (
     "users_file",
     "store",
     "store_path",
+    "store_sync",
     "max_message_size",
     "link_capacity",
     "log",
@@ -269,6 +272,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.store = _want_choice("store", doc["store"], STORES)
     if "store_path" in doc:
         cfg.store_path = _path("store_path", doc["store_path"], base)
+    if "store_sync" in doc:
+        cfg.store_sync = _want_choice("store_sync", doc["store_sync"], STORE_SYNC)
     if "max_message_size" in doc:
         cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
     if "link_capacity" in doc:
@@ -447,6 +452,7 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "id": _want_str,
     "store": lambda key, value: _want_choice(key, value, STORES),
     "store_path": lambda key, value: _path(key, value, None),
+    "store_sync": lambda key, value: _want_choice(key, value, STORE_SYNC),
     "users_file": lambda key, value: _path(key, value, None),
     "log_level": lambda key, value: _want_choice(key, str(value).lower(), LOG_LEVELS),
     "log_format": lambda key, value: _want_choice(key, value, LOG_FORMATS),

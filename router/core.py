@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 from router import __version__
-from router._fast.codec import Symbol, UByte, UInt
+from router._fast.codec import Symbol, UByte, UInt, ULong
 from router._fast.engine import (
     DISTRIBUTION_CODES,
     Connection,
@@ -22,6 +22,7 @@ from router._fast.engine import (
 from router.addresses import AddressTable
 from router.auth import UserDB, parse_plain
 from router.config import ListenerConfig, RouterConfig
+from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
 
 log = logging.getLogger("qrouter.core")
 
@@ -34,7 +35,9 @@ DYNAMIC_PREFIX = "_dynamic/"
 class Core:
     """One router's tables and policies; one `ConnectionHandler` per connection talks to it."""
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(
+        self, config: RouterConfig, persistence: TerminusPersistence | None = None
+    ) -> None:
         self.config = config
         self.table = AddressTable(
             default_distribution=config.default_distribution,
@@ -49,6 +52,7 @@ class Core:
             open_properties={Symbol("product"): "qrouter", Symbol("version"): __version__},
         )
         self.connections: set[Connection] = set()
+        self.registry = LinkRegistry(config.id, persistence)
 
     def new_connection(self, listener: ListenerConfig) -> Connection:
         mechanisms = [
@@ -108,70 +112,77 @@ class ConnectionHandler:
         log.info("[C%d] open from container %r", conn.conn_id, cid)
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
-        name = link.name
-        if not name or len(name) > MAX_NAME:
-            link.detach("amqp:invalid-field", "link name must be 1 to 1024 characters")
-            return
-        if link.is_sender:
-            self._attach_consumer(link, fields)
-        else:
-            self._attach_producer(link, fields)
+        try:
+            key = self.core.registry.key_for(conn.remote_container_id, link.name, link.is_sender)
+            if link.is_sender:
+                self._attach_consumer(key, link, fields)
+            else:
+                self._attach_producer(key, link, fields)
+        except AttachError as e:
+            link.detach(e.condition, e.description)
 
-    def _attach_consumer(self, link: Link, fields: dict[str, Any]) -> None:
+    def _attach_consumer(self, key: Any, link: Link, fields: dict[str, Any]) -> None:
         source = fields.get("source")
-        if not isinstance(source, dict):
-            link.detach("amqp:not-found", "a receiving link needs a source with an address")
-            return
-        address = source.get("address")
-        if source.get("dynamic"):
-            address = self.core.dynamic_address()
-            distribution = "closest"
-        elif not isinstance(address, str) or not address:
-            link.detach("amqp:invalid-field", "source address is missing")
-            return
+        if source is None:
+            # a null source: recover the stored terminus (durable subscriptions)
+            t = self.core.registry.attach(key, link, None, None)
+            address = t.address
         else:
-            distribution = self.core.table.distribution(address)
+            if not isinstance(source, dict):
+                raise AttachError("amqp:invalid-field", "source is not a source terminus")
+            address = source.get("address")
+            if source.get("dynamic"):
+                address = self.core.dynamic_address()
+            elif not isinstance(address, str) or not address:
+                raise AttachError("amqp:invalid-field", "source address is missing")
+            t = self.core.registry.attach(key, link, source, address)
+        assert address is not None
+        distribution = (
+            "closest"
+            if address.startswith(DYNAMIC_PREFIX)
+            else self.core.table.distribution(address)
+        )
         if distribution == "unavailable":
-            link.detach("amqp:not-found", f"address '{address}' is unavailable")
-            return
-        reply_source = dict(source)
-        reply_source["address"] = address
+            self.core.registry.detached(link, True, "link-detach")
+            raise AttachError("amqp:not-found", f"address '{address}' is unavailable")
         target = fields.get("target")
         link.attach(
             {
                 "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
                 "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
-                "source": source_value(reply_source),
+                "source": source_value(_reply_terminus(t, address)),
                 "target": target_value(target) if isinstance(target, dict) else None,
             }
         )
         link.bind(address, DISTRIBUTION_CODES[distribution])
         log.debug(
-            "[C%d][L%d] consumer %r on %r (%s)",
+            "[C%d][L%d] consumer %r on %r (%s, durable %d)",
             link.conn.conn_id,
             link.handle,
             link.name,
             address,
             distribution,
+            t.durable,
         )
 
-    def _attach_producer(self, link: Link, fields: dict[str, Any]) -> None:
+    def _attach_producer(self, key: Any, link: Link, fields: dict[str, Any]) -> None:
         target = fields.get("target")
-        if not isinstance(target, dict):
-            link.detach("amqp:not-found", "a sending link needs a target")
-            return
-        address = target.get("address")
-        if target.get("dynamic"):
-            address = self.core.dynamic_address()
-        elif address is not None and (not isinstance(address, str) or not address):
-            link.detach("amqp:invalid-field", "target address must be a non-empty string")
-            return
+        if target is None:
+            t = self.core.registry.attach(key, link, None, None)
+            address = t.address
+        else:
+            if not isinstance(target, dict):
+                raise AttachError("amqp:invalid-field", "target is not a target terminus")
+            address = target.get("address")
+            if target.get("dynamic"):
+                address = self.core.dynamic_address()
+            elif address is not None and (not isinstance(address, str) or not address):
+                raise AttachError("amqp:invalid-field", "target address must be a non-empty string")
+            t = self.core.registry.attach(key, link, target, address)
         distribution = self.core.table.distribution(address) if address else None
         if distribution == "unavailable":
-            link.detach("amqp:not-found", f"address '{address}' is unavailable")
-            return
-        reply_target = dict(target)
-        reply_target["address"] = address
+            self.core.registry.detached(link, True, "link-detach")
+            raise AttachError("amqp:not-found", f"address '{address}' is unavailable")
         source = fields.get("source")
         max_size = self.core.config.max_message_size
         link.attach(
@@ -179,8 +190,8 @@ class ConnectionHandler:
                 "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
                 "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
                 "source": source_value(source) if isinstance(source, dict) else None,
-                "target": target_value(reply_target),
-                "max_message_size": UInt(max_size) if 0 < max_size < 2**32 else None,
+                "target": target_value(_reply_terminus(t, address)),
+                "max_message_size": ULong(max_size) if max_size > 0 else None,  # 2.7.3: a ulong
             }
         )
         if address is None:
@@ -189,10 +200,21 @@ class ConnectionHandler:
             assert distribution is not None
             link.bind(address, DISTRIBUTION_CODES[distribution])
         log.debug(
-            "[C%d][L%d] producer %r to %r", link.conn.conn_id, link.handle, link.name, address
+            "[C%d][L%d] producer %r to %r (durable %d)",
+            link.conn.conn_id,
+            link.handle,
+            link.name,
+            address,
+            t.durable,
         )
 
     def on_detach(self, conn: Connection, link: Link, closed: bool, error: Any) -> None:
+        cause = (
+            "connection-close"
+            if conn.closed
+            else ("session-end" if link.session.ended else "link-detach")
+        )
+        self.core.registry.detached(link, closed, cause)
         if error:
             log.info(
                 "[C%d][L%d] link %r detached by peer: %s",
@@ -205,6 +227,18 @@ class ConnectionHandler:
     def on_closed(self, conn: Connection) -> None:
         self.core.connections.discard(conn)
         log.info("[C%d] connection closed", conn.conn_id)
+
+
+def _reply_terminus(t: Terminus, address: str | None) -> dict[str, Any]:
+    """The router's terminus as its ATTACH states it: what the peer asked, with the address
+    (dynamic ones filled in) and the durability and expiry the router grants (3.5.3)."""
+    reply = dict(t.fields)
+    reply.pop("_code", None)
+    reply["address"] = address
+    reply["durable"] = UInt(t.durable)
+    reply["expiry_policy"] = Symbol(t.expiry_policy)
+    reply["timeout"] = UInt(int(t.timeout))
+    return reply
 
 
 def _mode(value: Any, default: int) -> UByte:

@@ -22,27 +22,51 @@ class AmqpProtocol(asyncio.Protocol):
     """Bytes in: `Connection.feed`. Bytes out: the engine writes to the transport once per
     loop iteration (`Router.flush`, scheduled with `loop.call_soon`)."""
 
-    __slots__ = ("core", "listener", "conn")
+    __slots__ = ("core", "listener", "conn", "timer", "tick_remote")
 
     def __init__(self, core: Core, listener: ListenerConfig) -> None:
         self.core = core
         self.listener = listener
         self.conn: Connection | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.tick_remote = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
         peer = transport.get_extra_info("peername")
         log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
+        self._schedule_tick()
+
+    def _schedule_tick(self) -> None:
+        # 2.4.5: an empty frame at least every half of the peer's idle-time-out; checking at a
+        # quarter of it keeps the gap under three quarters. Our own idle check needs 1 s.
+        assert self.conn is not None
+        if self.timer is not None:
+            self.timer.cancel()
+        self.tick_remote = self.conn.remote_idle_timeout_ms
+        remote = self.tick_remote / 1000.0
+        interval = min(1.0, remote / 4) if remote else 1.0
+        self.timer = asyncio.get_running_loop().call_later(max(interval, 0.01), self._tick)
+
+    def _tick(self) -> None:
+        if self.conn is None or self.conn.closed:
+            return
+        self.conn.tick()
+        self._schedule_tick()
 
     def data_received(self, data: bytes) -> None:
         assert self.conn is not None
         self.conn.feed(data)
+        if self.conn.remote_idle_timeout_ms != self.tick_remote:
+            self._schedule_tick()  # the peer's OPEN told its idle-time-out
 
     def eof_received(self) -> bool | None:
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         if self.conn is not None:
             self.conn.transport = None
             self.conn.connection_lost()
@@ -52,13 +76,19 @@ class AmqpProtocol(asyncio.Protocol):
 class Server:
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
-        self.core = Core(config)
+        self.persistence = open_persistence(config)
+        self.core = Core(config, self.persistence)
         self.servers: list[asyncio.AbstractServer] = []
         self.stopping = asyncio.Event()
+        if self.persistence is not None:
+            crashed_at = self.persistence.last_alive()
+            n = self.core.registry.recover(crashed_at)
+            log.info("store %s at %s: %d termini recovered", config.store, config.store_path, n)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.core.engine.schedule = loop.call_soon
+        loop.create_task(self._housekeeping())
         for lc in self.config.listeners:
             ctx: ssl.SSLContext | None = None
             if lc.tls_cert and lc.tls_key:
@@ -77,14 +107,15 @@ class Server:
                 log.info(
                     "listening on %s:%d%s (%s)", host, port, " with TLS" if ctx else "", lc.role
                 )
-        loop.create_task(self._ticker())
 
-    async def _ticker(self) -> None:
-        # 2.4.5 idle time-out: heartbeats out, dead peers detected
+    async def _housekeeping(self) -> None:
+        # once a second: expire suspended termini (3.5.6), and note that the router is alive
+        # so that after a crash the expiry clock starts about when it died
         while not self.stopping.is_set():
+            self.core.registry.expire()
+            if self.persistence is not None:
+                self.persistence.mark_alive()
             await asyncio.sleep(1.0)
-            for conn in list(self.core.connections):
-                conn.tick()
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -94,10 +125,28 @@ class Server:
         self.core.engine.flush()
         # let the transports write the CLOSE frames before the loop ends
         await asyncio.sleep(0.05)
+        if self.persistence is not None:
+            self.persistence.mark_alive()
+            self.persistence.close()
+
+
+def open_persistence(config: RouterConfig) -> Any:
+    """The terminus store; None for the memory store (nothing survives a restart)."""
+    if config.store == "memory":
+        return None
+    from router.termini_store import StorePersistence
+
+    return StorePersistence.open(config.store, config.store_path, config.store_sync)
 
 
 async def serve(config: RouterConfig) -> int:
-    server = Server(config)
+    from stores.base import StoreError
+
+    try:
+        server = Server(config)
+    except StoreError as exc:
+        log.error("store: %s", exc)
+        return 2
     try:
         await server.start()
     except ConfigError as exc:

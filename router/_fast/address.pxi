@@ -1,11 +1,13 @@
 # Addresses and their forwarders, and how outcomes travel back to producers. (Included by
 # engine.pyx.)
 #
-# Credit is proxied from consumers (DESIGN.md section 4, seed credit-accounting): the router
-# grants a producer credit only out of credit that consumers of its address have granted the
-# router and that is not already promised to another producer. So a producer of an address
-# with no consumer gets none, and nothing can pile up in the router beyond what consumers
-# asked for: the undelivered queue of an address is bounded by its consumers' credit.
+# Credit is proxied from consumers (DESIGN.md section 4, seed credit-accounting): a producer is
+# granted credit only while some consumer of its address has credit the router has not used
+# up, so a producer of an address with no consumer gets none. Each producer is topped up to
+# the link capacity (not to a share of the consumers' credit: a strict share lets the first
+# producer hold all of it and starves the next, as an RPC reply address with one consumer and
+# many servers would show). What producers send beyond the consumers' credit waits in the
+# address's undelivered queue, which is therefore bounded by producers x link capacity.
 
 
 cdef class Address:
@@ -16,8 +18,6 @@ cdef class Address:
     cdef list producers          # Links, router role receiver
     cdef object undelivered      # anycast: inbound Deliveries waiting for a consumer's credit
     cdef Py_ssize_t rr           # round-robin position over consumers
-    cdef Py_ssize_t grant_rr     # round-robin position over producers
-    cdef int64_t issued          # credit granted to producers and not used yet
     cdef readonly int64_t n_in, n_out, n_accepted, n_released, n_rejected, n_modified
     cdef readonly int64_t n_dropped   # presettled deliveries that lost their consumers in flight
 
@@ -58,29 +58,19 @@ cdef class Address:
         return total if total > 0 else 0
 
     cdef int grant(self) except -1:
-        """Top up producers whose credit fell below half the link capacity, fairly, out of
-        the consumers' credit not yet promised."""
-        cdef int64_t avail = self.capacity() - self.issued
-        cdef int64_t cap = self.router.link_capacity, give
-        cdef Py_ssize_t i, n = len(self.producers)
+        """Top up producers whose credit fell below half the link capacity, while the
+        consumers have credit to spare (2.6.7: the router is the receiver of producer links)."""
+        cdef int64_t cap = self.router.link_capacity
         cdef Link p
-        if avail <= 0 or n == 0:
+        if not self.producers or self.capacity() <= 0:
             return 0
-        for i in range(n):
-            p = self.producers[(self.grant_rr + i) % n]
+        for p in self.producers:
             if p.credit > cap // 2 or p.state != LINK_ATTACHED:
                 continue
-            give = cap - p.credit
-            if give > avail:
-                give = avail
-            p.credit += give
+            p.credit = cap
+            p.revoked = 0             # transfers still in flight now count against `cap`
             p.credit_changed()
-            self.issued += give
-            avail -= give
             p.conn.write_flow(p.session, p, False)
-            if avail <= 0:
-                break
-        self.grant_rr += 1
         return 0
 
     cdef int revoke(self) except -1:
@@ -89,10 +79,10 @@ cdef class Address:
         cdef Link p
         for p in self.producers:
             if p.credit > 0 and p.state == LINK_ATTACHED:
+                p.revoked += p.credit     # the producer may already be using it
                 p.credit = 0
                 p.credit_changed()
                 p.conn.write_flow(p.session, p, False)
-        self.issued = 0
         return 0
 
     cdef int add_consumer(self, Link link) except -1:
@@ -116,9 +106,6 @@ cdef class Address:
     cdef int remove_producer(self, Link link) except -1:
         if link in self.producers:
             self.producers.remove(link)
-            self.issued -= link.credit
-            if self.issued < 0:
-                self.issued = 0
         self.router.maybe_drop(self)
         return 0
 

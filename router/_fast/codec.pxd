@@ -164,7 +164,7 @@ cdef inline int r_bool(Reader* r, bint* out) except -1:
 
 cdef inline int r_binary(Reader* r, const uint8_t** out, Py_ssize_t* n) except -1:
     cdef int code = r_u8(r)
-    cdef uint32_t size
+    cdef uint32_t size = 0
     if code == FC_VBIN8:
         size = r_u8(r)
     elif code == FC_VBIN32:

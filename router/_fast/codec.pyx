@@ -497,6 +497,8 @@ cdef class Writer:
             self.w_value(arr.descriptor)
         self.put_u8(<uint8_t>code)
         for item in arr.items:
+            if arr.descriptor is not None and type(item) is Described:
+                item = item.value     # decoded items of a described array come back described
             self._w_element(code, item)
         self.patch_u32(pos, <uint32_t>(self.length - pos - 4))
         return 0

@@ -65,6 +65,9 @@ cdef class Connection:
     cdef bint d_settled
     cdef uint32_t d_first, d_last
     cdef bytes d_state
+    # client side (the router's connectors, the client API)
+    cdef readonly bint client
+    cdef object sasl_client                    # (mechanism, initial-response, hostname)
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -114,6 +117,38 @@ cdef class Connection:
         except Exception as e:
             log.exception("[C%d] internal error", self.conn_id)
             self.fail("amqp:internal-error", f"{type(e).__name__}: {e}")
+
+    def start(self, mechanism=None, initial_response=None, hostname=None):
+        """Client side: send our protocol header (2.2); with a SASL mechanism, the SASL
+        header first (5.3.2), and the AMQP header once the server accepted us."""
+        self.client = True
+        if mechanism is not None:
+            self.sasl_client = (mechanism, initial_response, hostname)
+            self.out.put_raw(<const uint8_t*>b"AMQP\x03\x01\x00\x00", 8)
+        else:
+            self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
+        self.touch()
+
+    def begin(self):
+        """Client side: begin a session (2.5.2); links may be attached before the reply."""
+        cdef Session s = Session()
+        cdef Py_ssize_t i
+        s.conn = self
+        for i in range(len(self.local_sessions)):
+            if self.local_sessions[i] is None:
+                break
+        else:
+            i = len(self.local_sessions)
+            self.local_sessions.append(None)
+        self.local_sessions[i] = s
+        s.channel = <uint16_t>i
+        self.write_frame(FRAME_AMQP, s.channel, D_BEGIN, {
+            "next_outgoing_id": UInt(0),
+            "incoming_window": UInt(WINDOW_MAX),
+            "outgoing_window": UInt(WINDOW_MAX),
+            "handle_max": UInt(s.handle_max),
+        })
+        return s
 
     def take_output(self):
         """The bytes written since the last call (tests drive the engine with this)."""
@@ -289,7 +324,7 @@ cdef class Connection:
         cdef uint8_t tag[4]
         if self.d_pending:
             self.flush_disp()
-        presettled = inb.presettled or link.snd_settle_mode == SND_SETTLED
+        presettled = out.presettled or link.snd_settle_mode == SND_SETTLED
         if out.offset == 0 and not out.sent:
             out.sent = True
             out.delivery_id = s.next_delivery_id
@@ -322,21 +357,36 @@ cdef class Connection:
             self.out.w_uint(link.handle)
             if first:
                 self.out.w_uint(out.delivery_id)
-                # the router's tag: a per-link counter (unique among the link's unsettled)
-                tag[0] = link.next_tag >> 24
-                tag[1] = (link.next_tag >> 16) & 0xff
-                tag[2] = (link.next_tag >> 8) & 0xff
-                tag[3] = link.next_tag & 0xff
-                link.next_tag += 1
-                self.out.w_binary(tag, 4)
-                self.out.w_uint(inb.message_format)
+                if out.tag is not None:
+                    self.out.w_binary(<const uint8_t*>PyBytes_AS_STRING(out.tag),
+                                      PyBytes_GET_SIZE(out.tag))
+                else:
+                    # the router's tag: a per-link counter (unique among the link's unsettled)
+                    tag[0] = link.next_tag >> 24
+                    tag[1] = (link.next_tag >> 16) & 0xff
+                    tag[2] = (link.next_tag >> 8) & 0xff
+                    tag[3] = link.next_tag & 0xff
+                    link.next_tag += 1
+                    self.out.w_binary(tag, 4)
+                self.out.w_uint(out.message_format)
             else:
                 self.out.w_null()
                 self.out.w_null()
                 self.out.w_null()
             self.out.w_bool(presettled)
             self.out.w_bool(more)
-            self.out.end_list(lst, 6)
+            if first and (out.resume or out.send_state is not None):
+                # 2.7.5 rcv-settle-mode (null), state, resume
+                self.out.w_null()
+                if out.send_state is not None:
+                    self.out.put_raw(<const uint8_t*>PyBytes_AS_STRING(out.send_state),
+                                     PyBytes_GET_SIZE(out.send_state))
+                else:
+                    self.out.w_null()
+                self.out.w_bool(out.resume)
+                self.out.end_list(lst, 9)
+            else:
+                self.out.end_list(lst, 6)
             self.out.put_raw(data + out.offset, chunk)
             end_frame(self.out, start)
             s.next_outgoing_id += 1
@@ -345,7 +395,7 @@ cdef class Connection:
             if not more:
                 break
         self.touch()
-        if presettled and not inb.presettled:
+        if presettled and inb is not None and not inb.presettled:
             # the consumer asked for settled deliveries (at-most-once): its copy is done
             copy_outcome(out, D_ACCEPTED, _STATE_ACCEPTED, True)
         return 1
@@ -396,7 +446,9 @@ cdef class Connection:
 
     cdef int bad_header(self) except -1:
         # 2.2: answer an unsupported header with the one we support, then close
+        # (after a SASL outcome only the AMQP header can follow: 5.3.2)
         self.out.put_raw(<const uint8_t*>(b"AMQP\x03\x01\x00\x00" if self.sasl_mechanisms
+                                          and self.state != CS_SASL_DONE
                                           else b"AMQP\x00\x01\x00\x00"), 8)
         self.closing = True
         self.state = CS_CLOSED
@@ -407,6 +459,21 @@ cdef class Connection:
     cdef int on_header(self, const uint8_t* h) except -1:
         cdef bint sasl = memcmp(h, b"AMQP\x03\x01\x00\x00", 8) == 0
         cdef bint amqp = memcmp(h, b"AMQP\x00\x01\x00\x00", 8) == 0
+        if self.client:
+            # the server answers the header we sent: SASL first if we asked for it
+            if self.state == CS_HEADER and self.sasl_client is not None and sasl:
+                self.state = CS_SASL
+                return 0
+            if amqp and (self.state == CS_SASL_DONE or self.sasl_client is None):
+                self.state = CS_OPEN_WAIT
+                self.send_open()
+                return 0
+            self.error = ("amqp:connection:framing-error", "the server sent an unexpected "
+                          f"protocol header {bytes(h[:8])!r}")
+            self.closing = True
+            self.state = CS_CLOSED
+            self.teardown()
+            return 0
         if self.state == CS_SASL_DONE:
             if not amqp:
                 return self.bad_header()
@@ -491,6 +558,8 @@ cdef class Connection:
 
     cdef int on_sasl(self, uint64_t code, object value) except -1:
         fields = described_to_dict(Described(ULong(code), value))
+        if self.client:
+            return self.on_sasl_client(code, fields)
         if code != D_SASL_INIT:
             # no mechanism we offer uses challenges: a response is out of sequence
             write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(2)})
@@ -517,6 +586,34 @@ cdef class Connection:
             self.closing = True
             self.state = CS_CLOSED
         self.touch()
+        return 0
+
+    cdef int on_sasl_client(self, uint64_t code, dict fields) except -1:
+        mech, response, hostname = self.sasl_client
+        if code == D_SASL_MECHANISMS:
+            offered = fields.get("sasl_server_mechanisms")
+            offered = [offered] if isinstance(offered, str) else list(offered or ())
+            if mech not in offered:
+                raise ProtocolError("amqp:unauthorized-access",
+                                    f"the server does not offer SASL {mech} (offers {offered})")
+            write_control(self.out, FRAME_SASL, 0, D_SASL_INIT, {
+                "mechanism": Symbol(mech), "initial_response": response,
+                "hostname": hostname})
+            self.touch()
+        elif code == D_SASL_OUTCOME:
+            if fields.get("code") != 0:
+                self.error = ("amqp:unauthorized-access",
+                              f"SASL {mech} failed (outcome code {fields.get('code')})")
+                self.closing = True
+                self.state = CS_CLOSED
+                self.teardown()
+                return 0
+            self.sasl_done = True
+            self.state = CS_SASL_DONE
+            self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
+            self.touch()
+        else:
+            raise ProtocolError("amqp:not-implemented", "SASL challenges are not supported")
         return 0
 
     cdef int on_open(self, dict f) except -1:
@@ -550,7 +647,9 @@ cdef class Connection:
             "container_id": self.router.container_id,
             "max_frame_size": UInt(self.max_frame_size),
             "channel_max": UShort(cm),
-            "idle_time_out": UInt(self.idle_timeout_ms) if self.idle_timeout_ms else None,
+            # 2.4.5: advertise half the real threshold, so a peer that sends just in time
+            # is never cut off by timer slack
+            "idle_time_out": UInt(self.idle_timeout_ms // 2) if self.idle_timeout_ms else None,
             "offered_capabilities": symbol_array(["ANONYMOUS-RELAY"]),
             "properties": self.router.open_properties,
         })
@@ -565,10 +664,22 @@ cdef class Connection:
         if channel > self.channel_max:
             raise ProtocolError("amqp:connection:framing-error",
                                 f"channel {channel} exceeds channel-max {self.channel_max}")
-        if f.get("remote_channel") is not None:
-            raise ProtocolError("amqp:not-implemented",
-                                "the router does not begin sessions on this connection")
+        rc = f.get("remote_channel")
+        if rc is not None:
+            # 2.5.2: the answer to a BEGIN we sent
+            s = self.local_sessions[rc] if rc < len(self.local_sessions) else None
+            if s is None or s.mapped:
+                raise ProtocolError("amqp:connection:framing-error",
+                                    f"BEGIN answers channel {rc}, which we did not begin")
+            s.remote_channel = channel
+            s.mapped = True
+            s.next_incoming_id = f["next_outgoing_id"]
+            s.window_base = s.next_incoming_id
+            s.remote_incoming_window = f["incoming_window"]
+            self.sessions[channel] = s
+            return 0
         s = Session()
+        s.mapped = True
         s.conn = self
         s.remote_channel = channel
         s.next_incoming_id = f["next_outgoing_id"]
@@ -605,6 +716,21 @@ cdef class Connection:
         name = f["name"]
         if not isinstance(name, str):
             raise ProtocolError("amqp:invalid-field", "link name is not a string")
+        link = s.attaching.pop((name, not f["role"]), None)
+        if link is not None:
+            # 2.6.3: the answer to an ATTACH we sent (the peer's role is the opposite of ours)
+            link.remote_handle = handle
+            s.links[handle] = link
+            if link.role == ROLE_RECEIVER:
+                idc = f.get("initial_delivery_count")
+                link.delivery_count = 0 if idc is None else idc
+            else:
+                mms = f.get("max_message_size")
+                link.max_message_size = 0 if mms is None else mms
+            if link.state == LINK_ATTACHING:
+                link.state = LINK_ATTACHED
+            self.handler.on_attach(self, link, f)
+            return 0
         link = Link()
         link.name = name
         link.session = s
@@ -652,13 +778,13 @@ cdef class Connection:
 
     cdef int end_session(self, Session s) except -1:
         cdef Link link
+        s.ended = True                        # the handler sees why its links went away
         for link in list(s.links.values()):
             if link.state != LINK_DETACHED:
                 link.state = LINK_DETACHED
                 link.lost()
                 self.handler.on_detach(self, link, False, None)
         s.links.clear()
-        s.ended = True
         self.sessions.pop(s.remote_channel, None)
         if s.channel < len(self.local_sessions):
             self.local_sessions[s.channel] = None
@@ -714,10 +840,11 @@ cdef class Connection:
         cdef const uint8_t* tag = NULL
         cdef Py_ssize_t tag_n = 0
         cdef bint has_id = False, has_tag = False, settled = False, more = False
-        cdef bint aborted = False, resume = False, flag
+        cdef bint aborted = False, resume = False
+        cdef Py_ssize_t st
+        cdef bytes state_raw = None
         cdef Link link
         cdef Delivery d
-        cdef Address a
         cdef const uint8_t* payload
         r_list(r, &count, &end)
         if count < 1 or not r_uint(r, &handle):
@@ -735,6 +862,11 @@ cdef class Connection:
                 r_bool(r, &more)
             elif i == 6:
                 r_uint(r, &rsm)
+            elif i == 7:
+                if not r_is_null(r):
+                    st = r.pos
+                    r_skip(r)
+                    state_raw = PyBytes_FromStringAndSize(<char*>(r.p + st), r.pos - st)
             elif i == 8:
                 r_bool(r, &resume)
             elif i == 9:
@@ -767,18 +899,22 @@ cdef class Connection:
             if tag_n > MAX_TAG:
                 raise ProtocolError("amqp:invalid-field", "delivery-tag longer than 32 bytes")
             if link.credit <= 0:
-                return link_error(link, "amqp:link:transfer-limit-exceeded",
-                                  "transfer without credit")
+                if link.revoked <= 0:
+                    return link_error(link, "amqp:link:transfer-limit-exceeded",
+                                      "transfer without credit")
+                # 2.6.7: sent under credit the router took back (revoke) before its FLOW
+                # reached the peer: legitimate; it is routed (or released) like any other
+                link.revoked -= 1
+                link.credit += 1
             link.credit -= 1
             link.delivery_count += 1
             if link.credit <= 0:
                 link.credit_changed()
-            a = link.address
-            if a is not None and a.issued > 0:
-                a.issued -= 1
             d = Delivery.new(link, delivery_id, PyBytes_FromStringAndSize(<char*>tag, tag_n))
             d.presettled = settled
             d.message_format = fmt
+            d.resume = resume
+            d.remote_state_raw = state_raw
             if not settled:
                 s.unsettled_in[delivery_id] = d
                 link.unsettled_count += 1
@@ -812,11 +948,15 @@ cdef class Connection:
         elif self.max_message_size and <uint64_t>plen > self.max_message_size:
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
-        if link.address is not None:
+        if link.endpoint:
+            if d.payload is None:
+                d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
+            self.handler.on_message(self, link, d, d.payload)
+        elif link.address is not None:
             link.address.forward(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2:
                 link.address.grant()
-        else:
+        elif link.state == LINK_ATTACHED:
             self.router.route_anonymous(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2 and link.state == LINK_ATTACHED:
                 link.credit = self.router.link_capacity
@@ -874,6 +1014,8 @@ cdef class Connection:
                     link.address.consumer_credit(link)
                 else:
                     link.send_pending()
+                    if link.endpoint:
+                        self.handler.on_flow(self, link)
                 if link.drain and link.credit > 0 and len(link.pending) == 0:
                     # 2.6.7 drain: use up the credit by advancing delivery-count
                     link.delivery_count += <uint32_t>link.credit
@@ -941,8 +1083,9 @@ cdef class Connection:
         span = <int64_t><uint32_t>(last - first) + 1
         if span > len(table):
             # a huge range (a peer may name all 2^32 ids): visit what we hold instead
+            # (span is compared as int64: all 2^32 ids make span 2^32, which is 0 as a uint32)
             for d in [x for x in table.values()
-                      if <uint32_t>((<Delivery>x).delivery_id - first) < <uint32_t>span]:
+                      if <int64_t><uint32_t>((<Delivery>x).delivery_id - first) < span]:
                 self.dispose(table, d, role, settled, <int>code, raw)
         else:
             did = first
@@ -957,6 +1100,19 @@ cdef class Connection:
 
     cdef int dispose(self, dict table, Delivery d, bint role, bint settled, int code,
                      bytes raw) except -1:
+        if role and d.inbound is None:
+            # a delivery Python sent on an endpoint link
+            d.remote_state = code
+            d.remote_state_raw = raw
+            if settled and not d.settled:
+                d.settled = True
+                d.remote_settled = True
+                table.pop(d.delivery_id, None)
+                if d.link is not None:
+                    d.link.unsettled_count -= 1
+            if d.link is not None and (code or settled):
+                self.handler.on_outcome(self, d.link, d, code, settled)
+            return 0
         if role:
             # the consumer's state for a copy the router sent it
             if is_terminal(code):
@@ -978,7 +1134,10 @@ cdef class Connection:
             if d.link is not None:
                 d.link.unsettled_count -= 1
             d.outcome_sent = True
+            d.remote_settled = True
             settle_copies(d)
+            if d.link is not None and d.link.endpoint:
+                self.handler.on_settled(self, d.link, d)
         return 0
 
 

@@ -42,6 +42,9 @@ cdef class Delivery:
     cdef int best                 # multicast: strongest terminal state so far
     cdef bytes best_raw
     cdef bint outcome_sent        # inbound: the producer has been told the outcome
+    cdef bint remote_settled      # the peer settled it
+    cdef bint resume              # 2.6.13: sent / received with resume=true
+    cdef bytes send_state         # a state to carry in the TRANSFER itself (resumption)
 
     @staticmethod
     cdef inline Delivery new(Link link, uint32_t delivery_id, bytes tag):
@@ -51,10 +54,62 @@ cdef class Delivery:
         d.tag = tag
         return d
 
+    # --- Python API (endpoint links: the client API, the management node) ------------------
+
     @property
-    def tag_bytes(self):
+    def delivery_tag(self):
         return self.tag
 
     @property
-    def state(self):
+    def id(self):
+        return self.delivery_id
+
+    @property
+    def remote_state_code(self):
+        """The descriptor code of the peer's last state (0x24 accepted ...), 0 for none."""
         return self.remote_state
+
+    @property
+    def remote_state_bytes(self):
+        return self.remote_state_raw
+
+    @property
+    def is_settled(self):
+        return self.settled
+
+    @property
+    def is_remote_settled(self):
+        return self.remote_settled
+
+    @property
+    def is_presettled(self):
+        return self.presettled
+
+    @property
+    def resumed(self):
+        """It arrived with resume=true (2.6.13): the peer resends one the link knew."""
+        return self.resume
+
+    def update(self, int code, detail=None, bint settle=True):
+        """Receiver side: report a state for this delivery (3.4), settling it unless told
+        otherwise (exactly-once receivers settle after the sender, 3.8.3)."""
+        cdef Link link = self.link
+        if link is None or self.settled or self.presettled:
+            return
+        raw = encode_state(code, detail) if code else None
+        if settle:
+            self.settled = True
+            link.session.unsettled_in.pop(self.delivery_id, None)
+            link.unsettled_count -= 1
+        link.conn.queue_disposition(link.session, True, self.delivery_id, settle, raw)
+
+    def settle(self):
+        """Sender side: settle a delivery Python sent (e.g. once its outcome is known)."""
+        cdef Link link = self.link
+        if link is None or self.settled:
+            return
+        self.settled = True
+        link.session.unsettled_out.pop(self.delivery_id, None)
+        link.unsettled_count -= 1
+        link.conn.queue_disposition(link.session, False, self.delivery_id, True,
+                                    self.remote_state_raw)

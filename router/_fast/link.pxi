@@ -19,7 +19,9 @@ cdef class Session:
     cdef dict unsettled_out                  # delivery-id -> Delivery we sent
     cdef dict unsettled_in                   # delivery-id -> Delivery we received
     cdef list blocked                        # links waiting for the session window to open
+    cdef dict attaching                      # (name, router is sender) -> Link we attached
     cdef readonly bint ended
+    cdef readonly bint mapped                # the peer's BEGIN is known (2.5.2)
 
     def __cinit__(self):
         self.links = {}
@@ -27,8 +29,38 @@ cdef class Session:
         self.unsettled_out = {}
         self.unsettled_in = {}
         self.blocked = []
+        self.attaching = {}
         self.remote_incoming_window = WINDOW_MAX
         self.handle_max = 0xffffffff
+
+    def attach(self, str name not None, bint sender, dict fields):
+        """Attach a link from our side (2.6.3): `sender` is our role; fields as in
+        FIELDS[D_ATTACH] (name, handle, role are filled in). The peer's answer arrives at the
+        handler's on_attach with `link.local_init` set."""
+        cdef Link link = Link()
+        link.name = name
+        link.session = self
+        link.conn = self.conn
+        link.role = ROLE_SENDER if sender else ROLE_RECEIVER
+        link.local_init = True
+        link.state = LINK_ATTACHING
+        link.handle = self.alloc_handle(link)
+        ssm = fields.get("snd_settle_mode")
+        link.snd_settle_mode = SND_MIXED if ssm is None else ssm
+        rsm = fields.get("rcv_settle_mode")
+        link.rcv_settle_mode = RCV_FIRST if rsm is None else rsm
+        fields = dict(fields)
+        fields["name"] = name
+        fields["handle"] = UInt(link.handle)
+        fields["role"] = not sender
+        if sender:
+            fields.setdefault("initial_delivery_count", UInt(0))
+        for key in ("snd_settle_mode", "rcv_settle_mode"):
+            if fields.get(key) is not None:
+                fields[key] = UByte(fields[key])
+        self.attaching[(name, sender)] = link
+        self.conn.write_frame(FRAME_AMQP, self.channel, D_ATTACH, fields)
+        return link
 
     cdef uint32_t alloc_handle(self, Link link):
         cdef Py_ssize_t i
@@ -59,6 +91,8 @@ cdef class Link:
     cdef readonly int state
     cdef readonly Address address            # None: anonymous relay (per-message `to`)
     cdef readonly int64_t credit             # sender: consumer's credit; receiver: ours granted
+    cdef int64_t revoked                     # receiver: credit taken back by a FLOW the peer
+                                             # may not have seen yet (2.6.7)
     cdef readonly uint32_t delivery_count
     cdef bint drain
     cdef Delivery current                    # receiver: the delivery whose frames are arriving
@@ -67,6 +101,8 @@ cdef class Link:
     cdef readonly int64_t unsettled_count
     cdef readonly uint64_t max_message_size  # the peer's (sender) / ours (receiver); 0 none
     cdef bint in_blocked
+    cdef readonly bint local_init            # we sent the first ATTACH
+    cdef readonly bint endpoint              # deliveries go to / come from Python, not routing
     cdef readonly int64_t n_delivered, n_accepted, n_released, n_rejected, n_modified
     cdef readonly double no_credit_since     # monotonic seconds; 0 while credit > 0
     cdef public object info                  # the control plane's own data about the link
@@ -91,7 +127,7 @@ cdef class Link:
     def attach(self, dict fields):
         """Send the router's ATTACH for this link (2.6.3); fields as in FIELDS[D_ATTACH]
         (name, handle and role are filled in)."""
-        if self.state != LINK_ATTACHING:
+        if self.state != LINK_ATTACHING or self.local_init:
             raise RuntimeError("link already attached")
         fields = dict(fields)
         fields["name"] = self.name
@@ -136,7 +172,7 @@ cdef class Link:
         """Detach from the router's side (2.6.4), e.g. to refuse an attach or on link stealing."""
         if self.state == LINK_DETACHED:
             return
-        if self.state == LINK_ATTACHING:
+        if self.state == LINK_ATTACHING and not self.local_init:
             # 2.6.3: a refused link is still attached first (null terminus), then detached
             self.attach({"source": None, "target": None})
         self.conn.write_frame(FRAME_AMQP, self.session.channel, D_DETACH, {
@@ -146,6 +182,37 @@ cdef class Link:
         self.conn.touch()
         self.lost()
         # the handles stay reserved until the peer's DETACH answers ours (2.6.4)
+
+    def bind_endpoint(self):
+        """Deliveries on this link are Python's (a client, the management node): received
+        ones go to handler.on_message, sent ones come from send()."""
+        self.endpoint = True
+
+    def send(self, bytes tag not None, bytes payload not None, bint settled=False,
+             uint32_t message_format=0, bint resume=False, bytes state=None):
+        """Send a message on an endpoint link; it waits in order for credit and window.
+        `resume` and `state` resend a delivery after re-attach (2.6.13): e.g. settled with
+        the receiver's terminal state and no payload."""
+        cdef Delivery out
+        if self.role != ROLE_SENDER or not self.endpoint:
+            raise RuntimeError("send() needs an endpoint link where we are the sender")
+        if len(tag) > MAX_TAG:
+            raise ValueError("a delivery-tag is at most 32 bytes (2.8.7)")
+        out = Delivery.new(self, 0, tag)
+        out.payload = payload
+        out.presettled = settled
+        out.message_format = message_format
+        out.resume = resume
+        out.send_state = state
+        if len(self.pending) == 0 and self.credit > 0 and \
+                self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED and \
+                self.state == LINK_ATTACHED:
+            self.conn.write_transfer(self, out, <const uint8_t*>PyBytes_AS_STRING(payload),
+                                     PyBytes_GET_SIZE(payload))
+        else:
+            self.pending.append(out)
+            self.block()
+        return out
 
     def flow(self, int64_t credit):
         """Grant credit to a producer (control path: e.g. a link the core wants to feed)."""
@@ -208,9 +275,16 @@ cdef class Link:
         """Send a copy of `inb` to this consumer (or queue it behind earlier ones)."""
         cdef Delivery out = Delivery.new(self, 0, None)
         out.inbound = inb
+        out.presettled = inb.presettled
+        out.message_format = inb.message_format
         if len(self.pending) == 0 and self.credit > 0 and \
                 self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED:
-            self.conn.write_transfer(self, out, data, n)
+            if not self.conn.write_transfer(self, out, data, n):
+                # 2.5.6: the session window closed mid-message; keep the rest (write_transfer
+                # blocked the link) so send_pending resumes it at out.offset
+                if inb.payload is None:
+                    inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
+                self.pending.append(out)
         else:
             if inb.payload is None:
                 inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
@@ -230,12 +304,12 @@ cdef class Link:
             out = self.pending[0]
             if out.offset == 0 and self.credit <= 0:
                 break        # 2.6.7: a new delivery needs credit; a started one may finish
-            if out.offset == 0 and (out.inbound is None or out.settled or (
-                    out.inbound.link is None and not out.inbound.presettled)):
+            if out.offset == 0 and (out.settled or (out.inbound is not None and (
+                    out.inbound.link is None and not out.inbound.presettled))):
                 # the producer went away before this copy was written: drop it (never seen)
                 self.pending.popleft()
                 continue
-            p = out.inbound.payload
+            p = out.payload if out.inbound is None else out.inbound.payload
             if not self.conn.write_transfer(self, out, <const uint8_t*>PyBytes_AS_STRING(p),
                                             PyBytes_GET_SIZE(p)):
                 break        # window closed mid-message; resumes at out.offset

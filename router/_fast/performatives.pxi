@@ -77,7 +77,8 @@ def make_described(int code, dict fields):
     """The inverse of described_to_dict: a Described list with trailing nulls dropped."""
     names = FIELDS[code]
     items = [fields.get(n) for n in names]
-    while items and items[-1] is None:
+    # (not items[-1]: the engine is built with wraparound=False, where -1 reads out of bounds)
+    while items and items[len(items) - 1] is None:
         items.pop()
     return Described(ULong(code), items)
 

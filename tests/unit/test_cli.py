@@ -103,16 +103,24 @@ def test_start_errors(started: list[RouterConfig], args: list[str], message: str
 
 
 @pytest.mark.parametrize("store", ["lmdb", "leveldb"])
-def test_unavailable_stores(
-    started: list[RouterConfig], store: str, tmp_path: Path, write_config: Callable[..., str]
+def test_store_without_its_driver_is_refused(
+    started: list[RouterConfig],
+    store: str,
+    tmp_path: Path,
+    write_config: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import stores
+
+    monkeypatch.setitem(stores.DRIVERS, store, "qrouter_missing_driver")
     result = CliRunner().invoke(main, ["start", "--store", store, "--store-path", str(tmp_path)])
     assert result.exit_code == 2
-    assert "not available yet" in result.stderr and result.stderr.startswith("qrouter: error: ")
+    assert result.stderr.startswith("qrouter: error: --store: "), result.stderr
+    assert "pip install qrouter_missing_driver" in result.stderr
     path = write_config(f"store = '{store}'\nstore_path = 'data'")
     result = CliRunner().invoke(main, ["start", "--config", path])
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"qrouter: error: {path}: store: '{store}' is not available")
+    assert result.stderr.startswith(f"qrouter: error: {path}: store: "), result.stderr
     assert started == []
 
 

@@ -1,0 +1,102 @@
+"""The link registry's persistence on a terminus store (stores/): termini of durability >= 1
+survive a restart; the time the router was last alive bounds how long a terminus that was
+attached at a crash has been suspended.
+
+The router's terminus (source or target) is kept AMQP-encoded by our own codec, so filters,
+capabilities and symbols come back with their exact types.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Iterator
+
+from router._fast.codec import decode, encode
+from router._fast.engine import described_to_dict, source_value, target_value
+from router.link_registry import Key, Terminus
+from stores import open_store
+from stores.base import StoreError, TerminusStore
+from stores.termini import (
+    TerminusKey,
+    TerminusRecord,
+    delete_terminus,
+    load_termini,
+    save_terminus,
+)
+
+log = logging.getLogger("qrouter.store")
+
+ALIVE_KEY = b"r/alive"
+
+
+class StorePersistence:
+    def __init__(self, store: TerminusStore) -> None:
+        self.store = store
+        self.durability = store.durability
+
+    @classmethod
+    def open(cls, name: str, path: str | None, sync: str = "batched") -> StorePersistence:
+        return cls(open_store(name, path, sync=sync))
+
+    def save(self, t: Terminus) -> None:
+        with self.store.batch() as b:
+            save_terminus(b, _record(t), with_unsettled=False)
+
+    def delete(self, key: Key) -> None:
+        with self.store.batch() as b:
+            delete_terminus(b, TerminusKey(*key))  # type: ignore[arg-type]
+
+    def load(self) -> Iterator[Terminus]:
+        for rec in load_termini(self.store):
+            yield _terminus(rec)
+
+    def mark_alive(self, now: float | None = None) -> None:
+        self.store.put(ALIVE_KEY, struct.pack(">d", time.time() if now is None else now))
+
+    def last_alive(self) -> float | None:
+        raw = self.store.get(ALIVE_KEY)
+        if raw is None or len(raw) != 8:
+            return None
+        return float(struct.unpack(">d", raw)[0])
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _record(t: Terminus) -> TerminusRecord:
+    fields = {k: v for k, v in t.fields.items() if k != "_code"}
+    encoded = encode(source_value(fields) if t.role == "sender" else target_value(fields))
+    terminus = {"amqp": encoded}
+    return TerminusRecord(
+        key=TerminusKey(*t.key),  # type: ignore[arg-type]
+        address=t.address,
+        source=terminus if t.role == "sender" else None,
+        target=terminus if t.role == "receiver" else None,
+        durability=t.durable,
+        expiry_policy=t.expiry_policy,  # type: ignore[arg-type]
+        timeout=t.timeout,
+        suspended_at=t.suspended_at,
+    )
+
+
+def _terminus(rec: TerminusRecord) -> Terminus:
+    stored = rec.source if rec.key.role == "sender" else rec.target
+    fields: dict = {}
+    if stored and isinstance(stored.get("amqp"), bytes):
+        try:
+            value, _ = decode(stored["amqp"])
+            fields = described_to_dict(value)
+        except ValueError as e:
+            raise StoreError(f"terminus of link {rec.key.link_name!r}: undecodable: {e}") from e
+    k = rec.key
+    return Terminus(
+        key=(k.local_container, k.remote_container, k.link_name, k.role),
+        address=rec.address,
+        fields=fields,
+        durable=rec.durability,
+        expiry_policy=rec.expiry_policy,
+        timeout=float(rec.timeout),
+        suspended_at=rec.suspended_at,
+    )

@@ -1,0 +1,468 @@
+"""The contract every `TerminusStore` meets, as a pytest class each backend's test subclasses:
+
+    from stores.conformance import StoreConformance
+
+    class TestLmdbStore(StoreConformance):
+        backend = "lmdb"
+
+It ships inside the package (dogpile.cache / py-evm style) so that a new backend is tested by
+exactly what the link registry relies on, and nothing is tested only for one backend.
+
+Hooks: `backend` (registry name) and `make_store(tmp_path, **options)` — override it to pass
+backend options; calling it twice with the same `tmp_path` must reopen the same store. Tests
+that need a store to survive close/reopen skip on durability-0 backends (the memory store:
+nothing survives a restart, by design). A missing driver skips the class, unless
+``QROUTER_STORE`` names this backend: then the tox environment meant to test it is broken and
+the tests fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from stores import DRIVERS, StoreError, TerminusStore, backend_class
+from stores.base import MAX_KEY_SIZE, META_KEY, SCHEMA_VERSION, encode_meta
+from stores.termini import (
+    TerminusKey,
+    TerminusRecord,
+    UnsettledRecord,
+    delete_terminus,
+    drop_unsettled,
+    load_termini,
+    load_terminus,
+    put_unsettled,
+    save_terminus,
+    terminus_key,
+    unsettled_key,
+)
+
+MIB = 1 << 20
+NO_RESTART = "durability 0: nothing survives a restart, by design"
+
+
+class StoreConformance:
+    backend: ClassVar[str]
+
+    # ---- hooks and fixtures ---------------------------------------------------------------
+
+    def make_store(self, tmp_path: Path, **options: Any) -> TerminusStore:
+        return backend_class(self.backend).open(str(tmp_path / "store"), **options)
+
+    @pytest.fixture(autouse=True)
+    def _require_driver(self) -> None:
+        driver = DRIVERS.get(self.backend)
+        if driver is None or importlib.util.find_spec(driver) is not None:
+            return
+        if os.environ.get("QROUTER_STORE") == self.backend:
+            pytest.fail(f"QROUTER_STORE={self.backend} but {driver!r} is not installed")
+        pytest.skip(f"{driver!r} is not installed (pip install {driver})")
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[TerminusStore]:
+        store = self.make_store(tmp_path)
+        yield store
+        store.close()
+
+    def reopen(self, store: TerminusStore, tmp_path: Path, **options: Any) -> TerminusStore:
+        """Close `store` and open its path again; skips where nothing survives a restart."""
+        self.needs_restart()
+        store.close()
+        return self.make_store(tmp_path, **options)
+
+    def needs_restart(self) -> None:
+        if backend_class(self.backend).durability < 1:
+            pytest.skip(NO_RESTART)
+
+    # ---- capability, basic operations -----------------------------------------------------
+
+    def test_capability(self, store: TerminusStore) -> None:
+        assert store.name == self.backend
+        assert store.durability in (0, 1, 2)
+        assert store.sync == "batched"
+        assert store.commit_count == 0  # the schema record written on creation is not counted
+
+    def test_put_get_overwrite_delete(self, store: TerminusStore) -> None:
+        assert store.get(b"k") is None
+        store.put(b"k", b"v1")
+        assert store.get(b"k") == b"v1"
+        store.put(b"k", b"v2")
+        assert store.get(b"k") == b"v2"
+        store.delete(b"k")
+        assert store.get(b"k") is None
+        store.delete(b"k")  # deleting what is absent is fine
+        store.put(b"empty", b"")
+        assert store.get(b"empty") == b""
+
+    def test_key_rules(self, store: TerminusStore) -> None:
+        store.put(b"k" * MAX_KEY_SIZE, b"v")
+        assert store.get(b"k" * MAX_KEY_SIZE) == b"v"
+        for bad in (b"", b"k" * (MAX_KEY_SIZE + 1), META_KEY, b"\x00x"):
+            with pytest.raises(StoreError):
+                store.put(bad, b"v")
+            with pytest.raises(StoreError):
+                store.get(bad)
+        with pytest.raises(StoreError):
+            list(store.scan(b"\x00"))
+        with pytest.raises(TypeError):
+            store.put("k", b"v")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.put(b"k", "v")  # type: ignore[arg-type]
+
+    def test_scan_order_and_prefix(self, store: TerminusStore) -> None:
+        keys = [b"a", b"a\x00", b"a\xff", b"a\xff\x01", b"ab", b"b", b"\x01", b"\xff\xff", b"t/1"]
+        shuffled = keys[:]
+        random.Random(7).shuffle(shuffled)
+        for k in shuffled:
+            store.put(k, b"v:" + k)
+        got = list(store.scan())
+        assert got == [(k, b"v:" + k) for k in sorted(keys)]
+        assert all(type(k) is bytes and type(v) is bytes for k, v in got)
+        assert [k for k, _ in store.scan(b"a")] == [b"a", b"a\x00", b"ab", b"a\xff", b"a\xff\x01"]
+        assert [k for k, _ in store.scan(b"a\xff")] == [b"a\xff", b"a\xff\x01"]
+        assert list(store.scan(b"zz")) == []
+
+    def test_scan_hides_the_schema_record(self, store: TerminusStore) -> None:
+        assert list(store.scan()) == []
+
+    def test_scan_while_writing(self, store: TerminusStore) -> None:
+        with store.batch() as b:
+            for i in range(1000):
+                b.put(b"k%04d" % i, b"v")
+        seen = []
+        for key, _ in store.scan(b"k"):
+            seen.append(key)
+            store.delete(key)  # writes during a scan: each key still seen once, in order
+            store.put(b"z" + key, b"v")
+        assert seen == sorted(set(seen)) and len(seen) == 1000
+        assert list(store.scan(b"k")) == []
+
+    def test_closed_store(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path)
+        store.close()
+        store.close()
+        for call in (lambda: store.get(b"k"), lambda: store.put(b"k", b"v"), store.flush):
+            with pytest.raises(StoreError, match="closed"):
+                call()
+        with pytest.raises(StoreError, match="closed"):
+            list(store.scan())
+
+    # ---- batches --------------------------------------------------------------------------
+
+    def test_batch_is_invisible_until_commit(self, store: TerminusStore) -> None:
+        store.put(b"old", b"1")
+        with store.batch() as b:
+            b.put(b"new", b"2")
+            b.delete(b"old")
+            assert store.get(b"new") is None and store.get(b"old") == b"1"
+            assert list(store.scan()) == [(b"old", b"1")]
+        assert list(store.scan()) == [(b"new", b"2")]
+
+    def test_batch_exception_writes_nothing(self, store: TerminusStore) -> None:
+        store.put(b"keep", b"1")
+        count = store.commit_count
+        with pytest.raises(RuntimeError, match="boom"):
+            with store.batch() as b:
+                b.put(b"a", b"1")
+                b.delete(b"keep")
+                raise RuntimeError("boom")
+        assert list(store.scan()) == [(b"keep", b"1")]
+        assert store.commit_count == count
+        with pytest.raises(StoreError, match="batch used after"):
+            b.put(b"late", b"x")
+
+    def test_batch_order_and_delete_prefix(self, store: TerminusStore) -> None:
+        for k in (b"p/1", b"p/2", b"q/1", b"p"):
+            store.put(k, b"old")
+        with store.batch() as b:
+            b.put(b"p/3", b"early")  # undone by the delete_prefix below
+            b.put(b"x", b"1")
+            b.put(b"x", b"2")  # last write of a key wins
+            b.delete_prefix(b"p/")
+            b.put(b"p/4", b"late")  # after the delete_prefix: kept
+        assert list(store.scan()) == [
+            (b"p", b"old"),
+            (b"p/4", b"late"),
+            (b"q/1", b"old"),
+            (b"x", b"2"),
+        ]
+        with pytest.raises(StoreError):
+            with store.batch() as b:
+                b.delete_prefix(b"")
+
+    def test_commit_stats(self, store: TerminusStore) -> None:
+        store.put(b"a", b"1")
+        store.delete(b"a")
+        with store.batch() as b:
+            b.put(b"b", b"1")
+            b.put(b"c", b"1")
+        with store.batch():
+            pass  # an empty batch commits nothing
+        assert store.commit_count == 3
+        assert store.last_commit_seconds >= 0.0
+        assert store.commit_seconds_total >= store.last_commit_seconds
+
+    @pytest.mark.parametrize("sync", ["batched", "always"])
+    def test_sync_modes(self, tmp_path: Path, sync: str) -> None:
+        store = self.make_store(tmp_path, sync=sync, flush_interval=0.0)
+        assert store.sync == sync
+        for i in range(5):
+            store.put(b"k%d" % i, b"v")
+        store.flush()
+        store = self.reopen(store, tmp_path, sync=sync)
+        assert len(list(store.scan())) == 5
+        store.close()
+
+    def test_bad_sync_mode(self, tmp_path: Path) -> None:
+        with pytest.raises(StoreError, match="sync must be"):
+            self.make_store(tmp_path, sync="sometimes")
+
+    # ---- size -----------------------------------------------------------------------------
+
+    def test_large_values(self, store: TerminusStore, tmp_path: Path) -> None:
+        big = random.Random(1).randbytes(MIB)
+        store.put(b"one", big)
+        assert store.get(b"one") == big
+        with store.batch() as b:
+            for i in range(40):  # 40 MiB in one commit: more than one scan chunk's worth
+                b.put(b"many/%02d" % i, big[i:] + big[:i])
+        got = list(store.scan(b"many/"))
+        assert [k for k, _ in got] == [b"many/%02d" % i for i in range(40)]
+        assert all(v == big[i:] + big[:i] for i, (_, v) in enumerate(got))
+        store = self.reopen(store, tmp_path)
+        assert store.get(b"one") == big and store.get(b"many/39") == big[39:] + big[:39]
+        store.close()
+
+    def test_many_keys(self, store: TerminusStore, tmp_path: Path) -> None:
+        keys = [b"key/%05d" % i for i in random.Random(2).sample(range(10_000), 10_000)]
+        with store.batch() as b:
+            for k in keys:
+                b.put(k, k[::-1])
+        got = list(store.scan())
+        assert [k for k, _ in got] == sorted(keys)
+        assert all(v == k[::-1] for k, v in got)
+        assert len(list(store.scan(b"key/01"))) == 1000
+        with store.batch() as b:
+            b.delete_prefix(b"key/0")
+        assert len(list(store.scan())) == 0
+        with store.batch() as b:
+            for k in keys:
+                b.put(k, b"v")
+        store = self.reopen(store, tmp_path)
+        assert len(list(store.scan(b"key/"))) == 10_000
+        store.close()
+
+    # ---- restart, schema, paths -----------------------------------------------------------
+
+    def test_persists_across_reopen(self, store: TerminusStore, tmp_path: Path) -> None:
+        store.put(b"a", b"1")
+        store.put(b"gone", b"x")
+        with store.batch() as b:
+            b.put(b"b", b"2")
+            b.delete(b"gone")
+        store = self.reopen(store, tmp_path)
+        assert list(store.scan()) == [(b"a", b"1"), (b"b", b"2")]
+        assert store.commit_count == 0
+        store.close()
+
+    def test_newer_schema_is_refused(self, store: TerminusStore, tmp_path: Path) -> None:
+        self.needs_restart()
+        store._commit([], {META_KEY: encode_meta(SCHEMA_VERSION + 1)})
+        store.close()
+        with pytest.raises(StoreError, match="newer qrouter"):
+            self.make_store(tmp_path)
+
+    def test_corrupt_schema_record(self, store: TerminusStore, tmp_path: Path) -> None:
+        self.needs_restart()
+        store._commit([], {META_KEY: b"\xde\xad{"})
+        store.close()
+        with pytest.raises(StoreError, match="schema record is corrupt"):
+            self.make_store(tmp_path)
+
+    def test_data_without_schema_record(self, store: TerminusStore, tmp_path: Path) -> None:
+        self.needs_restart()
+        store.put(b"a", b"1")
+        store._commit([], {META_KEY: None})
+        store.close()
+        with pytest.raises(StoreError, match="not written by qrouter"):
+            self.make_store(tmp_path)
+
+    def test_fresh_paths(self, tmp_path: Path) -> None:
+        self.needs_restart()
+        (tmp_path / "store").mkdir()  # an empty directory is a fresh store
+        self.make_store(tmp_path).close()
+        nested = tmp_path / "a" / "b"  # a missing one is created, parents too
+        self.make_store(nested).close()
+        assert (nested / "store").is_dir()
+
+    def test_foreign_paths(self, tmp_path: Path) -> None:
+        self.needs_restart()
+        cls = backend_class(self.backend)
+        with pytest.raises(StoreError, match="a directory path is needed"):
+            cls.open(None)
+        (tmp_path / "store").write_text("not a directory")
+        with pytest.raises(StoreError, match="not a directory"):
+            self.make_store(tmp_path)
+        other = tmp_path / "other"
+        (other / "store").mkdir(parents=True)
+        (other / "store" / "notes.txt").write_text("hello")
+        with pytest.raises(StoreError, match="not a qrouter .* store: it holds notes.txt"):
+            self.make_store(other)
+        assert os.listdir(other / "store") == ["notes.txt"]  # nothing written into it
+
+    def test_garbage_files(self, store: TerminusStore, tmp_path: Path) -> None:
+        store.put(b"a", b"1")
+        store = self.reopen(store, tmp_path)
+        store.close()
+        for path in (tmp_path / "store").iterdir():
+            if path.name != "qrouter.lock" and path.is_file():
+                path.write_bytes(b"garbage!" * max(8, path.stat().st_size // 8))
+        with pytest.raises(StoreError) as info:
+            store = self.make_store(tmp_path)
+            list(store.scan())
+        assert "\n" not in str(info.value)
+
+    # ---- one opener at a time -------------------------------------------------------------
+
+    def test_second_open_is_refused(self, store: TerminusStore, tmp_path: Path) -> None:
+        self.needs_restart()
+        store.put(b"a", b"1")
+        with pytest.raises(StoreError, match="in use"):
+            self.make_store(tmp_path)
+        assert store.get(b"a") == b"1"  # the refused opener did not disturb the first
+        script = "import sys, stores; stores.open_store(sys.argv[1], sys.argv[2])"
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        proc = subprocess.run(
+            [sys.executable, "-c", script, self.backend, str(tmp_path / "store")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert proc.returncode != 0 and "in use" in proc.stderr
+
+    def test_concurrent_reopen(self, tmp_path: Path) -> None:
+        self.needs_restart()
+        results: list[TerminusStore | StoreError] = []
+        barrier = threading.Barrier(8)
+
+        def race() -> None:
+            barrier.wait()
+            try:
+                results.append(self.make_store(tmp_path))
+            except StoreError as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=race) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        opened = [r for r in results if isinstance(r, TerminusStore)]
+        assert len(opened) == 1, results
+        assert all("in use" in str(r) for r in results if isinstance(r, StoreError))
+        store = opened[0]
+        for i in range(20):  # close and reopen in a loop: nothing lost, nothing left locked
+            store.put(b"k%02d" % i, b"v")
+            store = self.reopen(store, tmp_path)
+        assert len(list(store.scan())) == 20
+        store.close()
+
+    # ---- the termini record layer ---------------------------------------------------------
+
+    def _terminus(self, name: str = "sub-1", role: str = "sender") -> TerminusRecord:
+        key = TerminusKey("router-A", "client-é", name, role)  # type: ignore[arg-type]
+        return TerminusRecord(
+            key,
+            address="topic/x",
+            source={
+                "address": "topic/x",
+                "durable": 2,
+                "expiry_policy": "never",
+                "timeout": 0,
+                "dynamic": False,
+                "distribution_mode": "copy",
+                "filter": {"apache.org:selector-filter:string": b"\x00\xa3\x05"},
+                "capabilities": ["topic", "shared"],
+            },
+            durability=2,
+            expiry_policy="never",
+            timeout=3600,
+            suspended_at=1_700_000_000.25,
+            unsettled={
+                b"t1": UnsettledRecord(state=b"\x00\x53\x24\x45", message=b"m1"),
+                b"": UnsettledRecord(),
+                b"\xff" * 32: UnsettledRecord(state=None, message=b"", settled=True),
+            },
+        )
+
+    def test_termini_round_trip(self, store: TerminusStore, tmp_path: Path) -> None:
+        first, other = self._terminus(), self._terminus("sub-1", "receiver")
+        other.unsettled = {b"t1": UnsettledRecord(message=b"other")}
+        with store.batch() as b:
+            save_terminus(b, first)
+            save_terminus(b, other)
+        assert load_termini(store) == [other, first]  # sorted by key: receiver < sender
+        assert load_terminus(store, first.key) == first
+        key = first.key
+        with store.batch() as b:
+            put_unsettled(b, key, b"t2", UnsettledRecord(message=b"m" * MIB))
+            drop_unsettled(b, key, b"t1")
+        rec = load_terminus(store, key)
+        assert rec is not None and set(rec.unsettled) == {b"", b"t2", b"\xff" * 32}
+        first.suspended_at, first.unsettled = None, {}
+        with store.batch() as b:  # the terminus alone: stored deliveries stay
+            save_terminus(b, first, with_unsettled=False)
+        rec = load_terminus(store, key)
+        assert rec is not None and rec.suspended_at is None and len(rec.unsettled) == 3
+        store = self.reopen(store, tmp_path)
+        assert load_termini(store)[1].unsettled[b"t2"].message == b"m" * MIB
+        with store.batch() as b:
+            delete_terminus(b, key)
+        assert load_termini(store) == [other]  # the other terminus and its delivery untouched
+        store.close()
+
+    def test_termini_empty_store(self, store: TerminusStore) -> None:
+        assert load_termini(store) == []
+        assert load_terminus(store, self._terminus().key) is None
+
+    @pytest.mark.parametrize(
+        "which, value",
+        [
+            ("terminus", b"T\x01garbage"),
+            ("terminus", b"T\x09"),  # a newer record version
+            ("terminus", b""),
+            ("unsettled", b"U\x01\x00\x00\x00\x00\x09"),  # state length past the end
+            ("unsettled", b"X"),
+        ],
+    )
+    def test_termini_corrupt_record(self, store: TerminusStore, which: str, value: bytes) -> None:
+        rec = self._terminus()
+        with store.batch() as b:
+            save_terminus(b, rec)
+        skey = terminus_key(rec.key) if which == "terminus" else unsettled_key(rec.key, b"t1")
+        store.put(skey, value)
+        with pytest.raises(StoreError, match="is corrupt") as info:
+            load_termini(store)
+        assert repr(skey) in str(info.value)
+
+    def test_termini_key_mismatch_and_orphans(self, store: TerminusStore) -> None:
+        a, b_rec = self._terminus("a"), self._terminus("b")
+        with store.batch() as b:
+            save_terminus(b, a)
+        store.put(terminus_key(b_rec.key), store.get(terminus_key(a.key)) or b"")
+        with pytest.raises(StoreError, match="key mismatch"):
+            load_termini(store)
+        store.delete(terminus_key(b_rec.key))
+        store.delete(terminus_key(a.key))  # deliveries left without their terminus
+        with pytest.raises(StoreError, match="delivery of no terminus"):
+            load_termini(store)
