@@ -16,7 +16,9 @@ cdef class Address:
     cdef Router router
     cdef list consumers          # Links, router role sender
     cdef list producers          # Links, router role receiver
-    cdef object undelivered      # anycast: inbound Deliveries waiting for a consumer's credit
+    # anycast: a deque of inbound Deliveries waiting for credit, made on first use (most
+    # addresses never need one)
+    cdef object undelivered
     cdef Py_ssize_t rr           # round-robin position over consumers
     cdef readonly int64_t n_in, n_out, n_accepted, n_released, n_rejected, n_modified
     cdef readonly int64_t n_dropped   # presettled deliveries that lost their consumers in flight
@@ -24,7 +26,6 @@ cdef class Address:
     def __cinit__(self):
         self.consumers = []
         self.producers = []
-        self.undelivered = deque()
 
     @property
     def consumer_count(self):
@@ -36,7 +37,7 @@ cdef class Address:
 
     @property
     def undelivered_count(self):
-        return len(self.undelivered)
+        return len(self.undelivered) if self.undelivered is not None else 0
 
     cdef int64_t capacity(self):
         """Deliveries the consumers will take now: the sum of their credit for anycast (less
@@ -54,7 +55,8 @@ cdef class Address:
                 total += k
         if self.distribution == DIST_MULTICAST:
             return m if m > 0 else 0
-        total -= len(self.undelivered)
+        if self.undelivered is not None:
+            total -= len(self.undelivered)
         return total if total > 0 else 0
 
     cdef int grant(self) except -1:
@@ -111,7 +113,7 @@ cdef class Address:
 
     cdef int release_undelivered(self) except -1:
         cdef Delivery inb
-        while len(self.undelivered):
+        while self.undelivered:
             inb = self.undelivered.popleft()
             release_inbound(inb)
         return 0
@@ -121,7 +123,7 @@ cdef class Address:
         cdef Delivery inb
         cdef bytes p
         link.send_pending()
-        while len(self.undelivered) and link.credit - len(link.pending) > 0:
+        while self.undelivered and link.credit - len(link.pending) > 0:
             inb = self.undelivered.popleft()
             if inb.link is None and not inb.presettled:
                 continue          # its producer is gone: never delivered, nobody to tell
@@ -191,6 +193,8 @@ cdef class Address:
             # flow in transit): hold it, bounded by that credit
             if inb.payload is None:
                 inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
+            if self.undelivered is None:
+                self.undelivered = deque()
             self.undelivered.append(inb)
             return 0
         self.n_out += 1

@@ -716,9 +716,10 @@ cdef class Connection:
         name = f["name"]
         if not isinstance(name, str):
             raise ProtocolError("amqp:invalid-field", "link name is not a string")
-        link = s.attaching.pop((name, not f["role"]), None)
+        link = s.attaching.pop((name, bool(f["role"])), None)
         if link is not None:
-            # 2.6.3: the answer to an ATTACH we sent (the peer's role is the opposite of ours)
+            # 2.6.3: the answer to an ATTACH we sent (the peer's role is the opposite of ours:
+            # role true, the peer receives, answers a link where we are the sender)
             link.remote_handle = handle
             s.links[handle] = link
             if link.role == ROLE_RECEIVER:
@@ -1115,6 +1116,13 @@ cdef class Connection:
             return 0
         if role:
             # the consumer's state for a copy the router sent it
+            if code == D_RECEIVED and not settled and d.inbound is not None and \
+                    d.inbound.copies is None and d.inbound.link is not None and \
+                    not d.inbound.presettled and not d.inbound.outcome_sent:
+                # 3.4.1 received: how far the consumer got travels to the producer too
+                d.inbound.link.conn.queue_disposition(d.inbound.link.session, True,
+                                                      d.inbound.delivery_id, False, raw)
+                return 0
             if is_terminal(code):
                 copy_outcome(d, code, raw, settled)
             elif settled:

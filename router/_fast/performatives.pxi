@@ -44,6 +44,44 @@ MANDATORY = {
 }
 
 
+# The types of the fields the engine reads from control performatives (2.7, 3.5, 5.3.3): a
+# field of another type is a decode error, never an internal one.
+_UINT = ("uint", 0xffffffff)
+_USHORT = ("uint", 0xffff)
+_UBYTE = ("uint", 0xff)
+FIELD_TYPES = {
+    D_OPEN: {"container_id": str, "hostname": str, "max_frame_size": _UINT,
+             "channel_max": _USHORT, "idle_time_out": _UINT, "properties": dict},
+    D_BEGIN: {"remote_channel": _USHORT, "next_outgoing_id": _UINT, "incoming_window": _UINT,
+              "outgoing_window": _UINT, "handle_max": _UINT, "properties": dict},
+    D_ATTACH: {"handle": _UINT, "role": bool, "snd_settle_mode": _UBYTE,
+               "rcv_settle_mode": _UBYTE, "unsettled": dict,
+               "initial_delivery_count": _UINT, "max_message_size": ("uint", 2**64 - 1),
+               "properties": dict},
+    D_DETACH: {"handle": _UINT, "closed": bool},
+    D_SOURCE: {"address": str, "durable": _UINT, "timeout": _UINT, "dynamic": bool},
+    D_TARGET: {"address": str, "durable": _UINT, "timeout": _UINT, "dynamic": bool},
+    D_SASL_INIT: {"mechanism": str, "initial_response": bytes, "hostname": str},
+    D_SASL_OUTCOME: {"code": _UBYTE},
+}
+
+
+cdef int check_types(int code, dict out) except -1:
+    types = FIELD_TYPES.get(code)
+    if types is None:
+        return 0
+    for name, want in types.items():
+        v = out.get(name)
+        if v is None:
+            continue
+        if type(want) is tuple:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= want[1]:
+                raise DecodeError(f"{name} must be an unsigned integer up to {want[1]}")
+        elif not isinstance(v, want):
+            raise DecodeError(f"{name} has the wrong type ({type(v).__name__})")
+    return 0
+
+
 def described_to_dict(value, code=None):
     """A described list (performative, source, target, error) as a dict of its named fields;
     unknown descriptors come back as they are."""
@@ -65,6 +103,8 @@ def described_to_dict(value, code=None):
     for name in MANDATORY.get(desc, ()):
         if out[name] is None:
             raise DecodeError(f"mandatory field {name} is null")
+    if type(desc) is int or isinstance(desc, int):
+        check_types(desc, out)
     return out
 
 

@@ -72,7 +72,7 @@ cdef class Router:
         return a
 
     cdef int maybe_drop(self, Address a) except -1:
-        if not a.consumers and not a.producers and not len(a.undelivered):
+        if not a.consumers and not a.producers and not a.undelivered:
             if self.addresses.get(a.name) is a:
                 del self.addresses[a.name]
         return 0
@@ -117,6 +117,19 @@ cdef class Router:
         state = encode_state(D_REJECTED, error_value(condition, description))
         apply_outcome(d, D_REJECTED, state)
         return 0
+
+    def send(self, str to not None, bytes payload not None):
+        """Route a message the router itself originates (the management node's replies):
+        presettled, to the consumers of `to`. Returns False when nobody consumes `to`."""
+        cdef Address a = self.addresses.get(to)
+        cdef Delivery d
+        if a is None or not a.consumers or a.distribution == DIST_UNAVAILABLE:
+            return False
+        d = Delivery.new(None, 0, None)
+        d.presettled = True
+        d.payload = payload
+        a.forward(d, NULL, 0)
+        return True
 
     # --- introspection for the control plane -------------------------------------------------
 
