@@ -240,7 +240,13 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
     if inb.outcome_sent or inb.presettled:
         return 0
     inb.outcome_sent = True
+    inb.outcome_code = code
+    inb.outcome_raw = raw
     if link is None:
+        if inb.durable_key is not None:
+            # a durable producer is away: remember the outcome for when it resumes
+            j_put(durable_router, inb.durable_key, inb.tag, raw, None, None)
+            return 0
         settle_copies(inb)        # the producer is gone: nobody to tell; finish the copies
         return 0
     a = link.address
@@ -267,8 +273,12 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
         link.unsettled_count -= 1
         inb.settled = True
         settle_copies(inb)
+        if inb.durable_key is not None:
+            j_del(link.conn.router, inb.durable_key, inb.tag)
     else:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, False, raw)
+        if inb.durable_key is not None:
+            j_put(link.conn.router, inb.durable_key, inb.tag, raw, None, None)
     return 0
 
 
@@ -293,6 +303,8 @@ cdef int settle_out(Delivery out) except -1:
         return 0
     link.session.unsettled_out.pop(out.delivery_id, None)
     link.unsettled_count -= 1
+    if link.durable_key is not None and out.tag is not None:
+        j_del(link.conn.router, link.durable_key, out.tag)
     if link.state == LINK_ATTACHED and link.conn.state == CS_OPENED:
         link.conn.queue_disposition(link.session, False, out.delivery_id, True,
                                     out.remote_state_raw)

@@ -340,6 +340,14 @@ cdef class Connection:
             else:
                 s.unsettled_out[out.delivery_id] = out
                 link.unsettled_count += 1
+                if link.durable_key is not None and not link.endpoint:
+                    if out.tag is None:
+                        out.tag = durable_tag(link)
+                    if not out.resume:
+                        j_put(self.router, link.durable_key, out.tag, None,
+                              inb.durable_key + inb.tag if inb is not None and
+                              inb.durable_key is not None else None,
+                              PyBytes_FromStringAndSize(<char*>data, n))
         # room for the payload in one frame: header 8, performative at most 48
         room = <Py_ssize_t>self.remote_max_frame_size - 56
         while True:
@@ -916,6 +924,7 @@ cdef class Connection:
             d.message_format = fmt
             d.resume = resume
             d.remote_state_raw = state_raw
+            d.durable_key = link.durable_key
             if not settled:
                 s.unsettled_in[delivery_id] = d
                 link.unsettled_count += 1
@@ -949,6 +958,16 @@ cdef class Connection:
         elif self.max_message_size and <uint64_t>plen > self.max_message_size:
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
+        if link.durable_key is not None and not d.presettled and not link.endpoint:
+            # durability 2: a delivery the router already holds re-binds (2.6.13); a new one is
+            # recorded before anything of it is forwarded (the flush commits first)
+            if link.resumable:
+                old = link.resumable.pop(d.tag, None)
+                if old is not None:
+                    return resume_inbound(link, d, <Delivery>old, d.presettled or settled)
+            if d.payload is None:
+                d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
+            j_put(self.router, link.durable_key, d.tag, None, None, d.payload)
         if link.endpoint:
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
@@ -1134,6 +1153,8 @@ cdef class Connection:
                 table.pop(d.delivery_id, None)
                 if d.link is not None:
                     d.link.unsettled_count -= 1
+                    if d.link.durable_key is not None and d.tag is not None:
+                        j_del(self.router, d.link.durable_key, d.tag)
         elif settled and not d.settled:
             # the producer settled: relay the settlement to the copies (exactly-once's final
             # step, 3.8.3)
@@ -1144,6 +1165,8 @@ cdef class Connection:
             d.outcome_sent = True
             d.remote_settled = True
             settle_copies(d)
+            if d.durable_key is not None:
+                j_del(self.router, d.durable_key, d.tag)
             if d.link is not None and d.link.endpoint:
                 self.handler.on_settled(self, d.link, d)
         return 0

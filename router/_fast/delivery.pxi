@@ -45,6 +45,10 @@ cdef class Delivery:
     cdef bint remote_settled      # the peer settled it
     cdef bint resume              # 2.6.13: sent / received with resume=true
     cdef bytes send_state         # a state to carry in the TRANSFER itself (resumption)
+    cdef bytes durable_key        # inbound on a durable link: its terminus digest (store key)
+    cdef int outcome_code         # inbound: the outcome told (or to tell) the producer
+    cdef bytes outcome_raw
+    cdef bint own_payload         # outbound resent: its payload is its own (maybe empty)
 
     @staticmethod
     cdef inline Delivery new(Link link, uint32_t delivery_id, bytes tag):

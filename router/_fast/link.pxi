@@ -107,9 +107,15 @@ cdef class Link:
     cdef readonly int64_t n_delivered, n_accepted, n_released, n_rejected, n_modified
     cdef readonly double no_credit_since     # monotonic seconds; 0 while credit > 0
     cdef public object info                  # the control plane's own data about the link
+    # durability 2 (durable.pxi): the terminus digest that keys its records in the store, the
+    # deliveries held for resumption, and the nonce of this attachment's delivery tags
+    cdef public bytes durable_key
+    cdef dict resumable
+    cdef uint32_t tag_nonce
 
     def __cinit__(self):
         self.pending = []
+        self.tag_nonce = <uint32_t>rand() ^ (<uint32_t>(monotonic() * 1000003) << 7)
 
     @property
     def address_name(self):
@@ -215,6 +221,42 @@ cdef class Link:
             self.block()
         return out
 
+    def take_resumable(self):
+        """The unsettled deliveries a durable link held when it went away (tag -> Delivery),
+        for its terminus to keep until the link resumes."""
+        out = self.resumable or {}
+        self.resumable = None
+        return out
+
+    def set_resumable(self, dict held):
+        """A resumed durable producer link: deliveries the router holds, by tag; a transfer
+        with one of these tags re-binds to it instead of being routed again (2.6.13)."""
+        self.resumable = held if held else None
+
+    def resend(self, Delivery out not None, bint resume, bint with_payload, bytes state=None,
+               bint settled=False):
+        """A resumed durable consumer link: send a held copy again under its tag (2.6.13):
+        with its payload, or none when the consumer has a terminal state already."""
+        cdef bytes p
+        out.link = self
+        out.sent = False
+        out.offset = 0
+        out.settled = False
+        out.resume = resume
+        out.send_state = state
+        if settled:
+            out.presettled = True
+        if with_payload:
+            p = out.inbound.payload if out.inbound is not None and \
+                out.inbound.payload is not None else out.payload
+            out.payload = p if p is not None else b""
+        else:
+            out.payload = b""
+        out.own_payload = True
+        self.pending.append(out)
+        self.block()
+        self.send_pending()
+
     def flow(self, int64_t credit):
         """Grant credit to a producer (control path: e.g. a link the core wants to feed)."""
         self.credit = credit
@@ -239,6 +281,12 @@ cdef class Link:
             for d in mine:
                 del self.session.unsettled_out[d.delivery_id]
                 d.link = None
+                if self.durable_key is not None:
+                    # suspended, not gone: the copy waits for the consumer to resume
+                    if self.resumable is None:
+                        self.resumable = {}
+                    self.resumable[d.tag] = d
+                    continue
                 d.settled = True
                 if d.inbound is not None:
                     copy_outcome(d, D_MODIFIED, _STATE_MODIFIED_FAILED, True)
@@ -263,6 +311,10 @@ cdef class Link:
             for d in mine:
                 del self.session.unsettled_in[d.delivery_id]
                 d.link = None
+                if self.durable_key is not None:
+                    if self.resumable is None:
+                        self.resumable = {}
+                    self.resumable[d.tag] = d
         self.state = LINK_DETACHED
         return 0
 
@@ -310,7 +362,7 @@ cdef class Link:
                 # the producer went away before this copy was written: drop it (never seen)
                 del self.pending[0]
                 continue
-            p = out.payload if out.inbound is None else out.inbound.payload
+            p = out.payload if out.inbound is None or out.own_payload else out.inbound.payload
             if not self.conn.write_transfer(self, out, <const uint8_t*>PyBytes_AS_STRING(p),
                                             PyBytes_GET_SIZE(p)):
                 break        # window closed mid-message; resumes at out.offset

@@ -2,6 +2,11 @@
 # the once-per-loop-iteration output flush. (Included by engine.pyx.)
 
 
+# the router durable records belong to (one router per process; tests may make more, the
+# last one made records for deliveries whose link is gone)
+cdef Router durable_router = None
+
+
 DISTRIBUTION_CODES = {"closest": DIST_CLOSEST, "balanced": DIST_BALANCED,
                       "multicast": DIST_MULTICAST, "unavailable": DIST_UNAVAILABLE}
 DISTRIBUTION_NAMES = {v: k for k, v in DISTRIBUTION_CODES.items()}
@@ -20,6 +25,10 @@ cdef class Router:
     cdef dict unroutable             # `to` -> (condition, description): cache of refusals
     cdef int64_t next_conn_id
     cdef readonly int64_t n_anonymous_rejected
+    # durability 2: store changes of this loop iteration, committed by `committer` before
+    # any output is written (durable.pxi)
+    cdef public list journal
+    cdef public object committer
 
     def __init__(self, str container_id not None, *, int64_t link_capacity=250,
                  resolver=None, dict open_properties=None, schedule=None):
@@ -32,9 +41,20 @@ cdef class Router:
         self.resolver = resolver
         self.open_properties = open_properties
         self.schedule = schedule
+        self.journal = []
+        global durable_router
+        durable_router = self
 
     cdef double now(self) noexcept:
         return monotonic()
+
+    cdef void schedule_flush(self) noexcept:
+        if not self.flush_scheduled and self.schedule is not None:
+            self.flush_scheduled = True
+            try:
+                self.schedule(self.flush)
+            except Exception:
+                self.flush_scheduled = False
 
     cdef inline void mark_dirty(self, Connection c) noexcept:
         self.dirty.append(c)
@@ -50,6 +70,13 @@ cdef class Router:
         cdef Connection c
         cdef list dirty
         self.flush_scheduled = False
+        if self.journal:
+            # group commit (DESIGN.md section 5): everything this iteration changed is in the
+            # store before any frame that depends on it leaves
+            records = self.journal
+            self.journal = []
+            if self.committer is not None:
+                self.committer(records)
         while self.dirty:
             dirty = self.dirty
             self.dirty = []
