@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router import __version__
-from router._fast.codec import Symbol, UByte, UInt, ULong
+from router._fast import engine as fast
+from router._fast.codec import Symbol, UByte, UInt, ULong, decode, encode
 from router._fast.engine import (
     DISTRIBUTION_CODES,
     Connection,
@@ -21,8 +22,13 @@ from router._fast.engine import (
 )
 from router.addresses import AddressTable
 from router.auth import UserDB, parse_plain
-from router.config import ListenerConfig, RouterConfig
+from router.config import ConnectorConfig, ListenerConfig, RouterConfig
+from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
+from router.management import ManagementNode
+
+if TYPE_CHECKING:
+    from router.inter_router import Mesh
 
 log = logging.getLogger("qrouter.core")
 
@@ -52,9 +58,64 @@ class Core:
             open_properties={Symbol("product"): "qrouter", Symbol("version"): __version__},
         )
         self.connections: set[Connection] = set()
-        self.registry = LinkRegistry(config.id, persistence)
+        self.persistence = persistence
+        self.registry = LinkRegistry(config.id, persistence, on_discard=self._discard_held)
+        if persistence is not None and hasattr(persistence, "commit"):
+            self.engine.committer = persistence.commit
+        # operations (docs/operations.md): the $management node and the stuck-link warnings
+        self.management = ManagementNode(self)
+        self.monitor = LinkMonitor(self)
+        # the mesh data plane (router/inter_router.py), set by the server when it starts
+        self.mesh: Mesh | None = None
 
-    def new_connection(self, listener: ListenerConfig) -> Connection:
+    def distribution_of(self, address: str) -> str:
+        if address.startswith(DYNAMIC_PREFIX):
+            return "closest"
+        return self.table.distribution(address)
+
+    # -- durability 2: held deliveries -------------------------------------------------------
+
+    def rebuild_held(self) -> int:
+        """After a restart: turn the stored unsettled records of durable termini back into
+        engine deliveries, copies joined to the deliveries they copy (via their origin)."""
+        from router.termini_store import terminus_digest
+
+        inbound: dict[bytes, Any] = {}
+        count = 0
+        termini = [t for t in self.registry.all() if t.records]
+        for t in termini:
+            if t.role != "receiver":
+                continue
+            digest = terminus_digest(t.key)
+            for tag, rec in t.records.items():
+                d = fast.restore_inbound(self.engine, digest, tag, rec.message, rec.state)
+                t.held[tag] = d
+                inbound[digest + tag] = d
+                count += 1
+        for t in termini:
+            if t.role != "sender":
+                continue
+            for tag, rec in t.records.items():
+                origin = inbound.get(rec.origin) if rec.origin else None
+                t.held[tag] = fast.restore_copy(origin, tag, rec.message)
+                count += 1
+        for t in termini:
+            t.records = {}
+        return count
+
+    def _discard_held(self, t: Terminus) -> None:
+        """A durable terminus is gone for good: what it held is settled the usual way."""
+        for d in t.held.values():
+            if t.role == "sender":
+                fast.abandon_copy(d)
+            else:
+                fast.producer_forgot(self.engine, d)
+        t.held = {}
+
+    def new_connection(
+        self, listener: ListenerConfig, connector: ConnectorConfig | None = None
+    ) -> Connection:
+        """A connection accepted on `listener`, or (client mode) opened by `connector`."""
         mechanisms = [
             m for m in listener.sasl_mechanisms if m != "ANONYMOUS" or not listener.require_auth
         ]
@@ -62,7 +123,7 @@ class Core:
             mechanisms = [m for m in mechanisms if m != "PLAIN"]
         conn = Connection(
             self.engine,
-            ConnectionHandler(self, listener),
+            ConnectionHandler(self, listener, connector),
             sasl_mechanisms=tuple(mechanisms),
             require_sasl=listener.require_auth,
             max_frame_size=listener.max_frame_size,
@@ -70,6 +131,8 @@ class Core:
             idle_timeout=listener.idle_timeout,
             max_message_size=self.config.max_message_size,
         )
+        if listener.role == "inter-router" and self.mesh is not None:
+            conn.open_properties = self.mesh.open_properties(connector.cost if connector else 1)
         self.connections.add(conn)
         return conn
 
@@ -80,9 +143,13 @@ class Core:
 class ConnectionHandler:
     """The engine's callbacks for one connection."""
 
-    def __init__(self, core: Core, listener: ListenerConfig) -> None:
+    def __init__(
+        self, core: Core, listener: ListenerConfig, connector: ConnectorConfig | None = None
+    ) -> None:
         self.core = core
         self.listener = listener
+        self.connector = connector  # set on the router's own inter-router connections
+        self.inter_router = False  # the OPEN exchange admitted an inter-router peer
 
     # 5.3.3.2 sasl-init
     def on_sasl(
@@ -110,8 +177,39 @@ class ConnectionHandler:
             )
             return
         log.info("[C%d] open from container %r", conn.conn_id, cid)
+        # roles (docs/mesh.md): a router on a normal listener, or a client on an inter-router
+        # listener, is refused before anything else happens
+        from router.inter_router import is_inter_router_open
+
+        peer_router = is_inter_router_open(fields)
+        if self.listener.role == "inter-router":
+            if not peer_router or self.core.mesh is None:
+                conn.close(
+                    "amqp:unauthorized-access",
+                    "this listener is for inter-router connections only; clients use a normal "
+                    "listener"
+                    if self.connector is None
+                    else "the peer did not answer as an inter-router listener",
+                )
+                return
+            self.inter_router = True
+            self.core.mesh.on_open(conn, fields, self.connector.cost if self.connector else None)
+        elif peer_router:
+            conn.close(
+                "amqp:unauthorized-access",
+                "inter-router connections are accepted only on an inter-router listener",
+            )
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
+        if self.inter_router:
+            assert self.core.mesh is not None
+            self.core.mesh.on_attach(conn, link, fields)
+            return
+        if self.core.mesh is not None and link.is_sender:
+            # it may be the address's first local consumer (checked after this iteration)
+            self.core.mesh.touch(link)
+        if self.core.management.claims(link, fields):  # a sender to $management
+            return
         try:
             key = self.core.registry.key_for(conn.remote_container_id, link.name, link.is_sender)
             if link.is_sender:
@@ -152,9 +250,12 @@ class ConnectionHandler:
                 "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
                 "source": source_value(_reply_terminus(t, address)),
                 "target": target_value(target) if isinstance(target, dict) else None,
+                "unsettled": _held_map(t, sender=True) if t.durable == 2 else None,
             }
         )
         link.bind(address, DISTRIBUTION_CODES[distribution])
+        if t.durable == 2:
+            self._resume_consumer(link, t, fields.get("unsettled"))
         log.debug(
             "[C%d][L%d] consumer %r on %r (%s, durable %d)",
             link.conn.conn_id,
@@ -192,8 +293,11 @@ class ConnectionHandler:
                 "source": source_value(source) if isinstance(source, dict) else None,
                 "target": target_value(_reply_terminus(t, address)),
                 "max_message_size": ULong(max_size) if max_size > 0 else None,  # 2.7.3: a ulong
+                "unsettled": _held_map(t, sender=False) if t.durable == 2 else None,
             }
         )
+        if t.durable == 2:
+            self._resume_producer(link, t, fields.get("unsettled"))
         if address is None:
             link.bind_anonymous()
         else:
@@ -208,13 +312,67 @@ class ConnectionHandler:
             t.durable,
         )
 
+    # 2.6.13 resuming: the router's map went out in its ATTACH; now act on the peer's
+    def _resume_producer(self, link: Link, t: Terminus, peer: Any) -> None:
+        from router.termini_store import terminus_digest
+
+        link.durable_key = terminus_digest(t.key)
+        peer_tags = set(peer) if isinstance(peer, dict) else set()
+        keep = {}
+        for tag, d in t.held.items():
+            if tag in peer_tags:
+                keep[tag] = d  # the producer resends it: it re-binds on arrival
+            else:
+                fast.producer_forgot(self.core.engine, d)  # the producer settled it
+        t.held = {}
+        link.set_resumable(keep)
+
+    def _resume_consumer(self, link: Link, t: Terminus, peer: Any) -> None:
+        from router.termini_store import terminus_digest
+
+        key = terminus_digest(t.key)
+        link.durable_key = key
+        peer = peer if isinstance(peer, dict) else {}
+        for tag, out in t.held.items():
+            inbound = out.inbound_delivery
+            done = inbound is None or inbound.is_settled
+            if tag in peer:
+                state = peer[tag]
+                raw = encode(state) if state is not None else None
+                code = fast.state_code(raw) if raw else 0
+                if code in (0x24, 0x25, 0x26, 0x27):
+                    fast.consumer_state(out, code, raw)
+                    if done:
+                        fast.forget(self.core.engine, key, tag)
+                    link.resend(out, True, False, raw, done)
+                else:
+                    link.resend(out, True, True)  # it has it, undecided: resume with payload
+            elif done:
+                fast.forget(self.core.engine, key, tag)  # settled all along
+            else:
+                link.resend(out, False, True)  # it never reached the consumer
+        t.held = {}
+
     def on_detach(self, conn: Connection, link: Link, closed: bool, error: Any) -> None:
+        if self.inter_router:
+            assert self.core.mesh is not None
+            self.core.mesh.on_detach(conn, link)
+            return
+        if self.core.mesh is not None and link.is_sender:
+            self.core.mesh.touch(link)  # it may be the address's last local consumer
         cause = (
             "connection-close"
             if conn.closed
             else ("session-end" if link.session.ended else "link-detach")
         )
-        self.core.registry.detached(link, closed, cause)
+        held = link.take_resumable() if link.durable_key is not None else {}
+        t = self.core.registry.detached(link, closed, cause)
+        if t is not None and t.durable == 2:
+            t.held.update(held)
+        elif held:
+            role = "sender" if link.is_sender else "receiver"
+            gone = Terminus(key=("", "", link.name, role), address=None, fields={}, held=held)
+            self.core._discard_held(gone)
         if error:
             log.info(
                 "[C%d][L%d] link %r detached by peer: %s",
@@ -224,9 +382,40 @@ class ConnectionHandler:
                 error,
             )
 
+    # Deliveries of endpoint links (Link.bind_endpoint): only the $management node has them.
+    def on_message(self, conn: Connection, link: Link, delivery: Any, payload: bytes) -> None:
+        if self.inter_router:
+            assert self.core.mesh is not None
+            self.core.mesh.on_message(conn, link, payload)
+            return
+        self.core.management.on_message(link, delivery, payload)
+
+    def on_outcome(
+        self, conn: Connection, link: Link, delivery: Any, code: int, settled: bool
+    ) -> None:
+        pass  # the node's replies are presettled
+
+    def on_settled(self, conn: Connection, link: Link, delivery: Any) -> None:
+        pass
+
+    def on_flow(self, conn: Connection, link: Link) -> None:
+        pass
+
     def on_closed(self, conn: Connection) -> None:
         self.core.connections.discard(conn)
+        if self.inter_router and self.core.mesh is not None:
+            self.core.mesh.on_closed(conn)
         log.info("[C%d] connection closed", conn.conn_id)
+
+
+def _held_map(t: Terminus, *, sender: bool) -> dict[bytes, Any]:
+    """The router's unsettled map for a resuming durable link (2.6.13): each held delivery's
+    tag with the state the router knows (a producer's outcome), else null."""
+    out: dict[bytes, Any] = {}
+    for tag, d in t.held.items():
+        raw = None if sender else d.outcome_bytes
+        out[tag] = decode(raw)[0] if raw else None
+    return out
 
 
 def _reply_terminus(t: Terminus, address: str | None) -> dict[str, Any]:

@@ -44,7 +44,10 @@ class Terminus:
     suspended_at: float | None = None  # wall-clock seconds; None while attached
     expires: bool = False  # the expiry policy has triggered (the timeout runs)
     link: Any = None  # the attached engine Link, or None
-    unsettled: dict[bytes, Any] = field(default_factory=dict)
+    # durability 2: deliveries held while the link is away (tag -> engine Delivery), and the
+    # store's records of them as loaded after a restart (tag -> UnsettledRecord)
+    held: dict[bytes, Any] = field(default_factory=dict)
+    records: dict[bytes, Any] = field(default_factory=dict)
 
     @property
     def role(self) -> str:
@@ -104,14 +107,16 @@ class LinkRegistry:
         *,
         clock: Callable[[], float] = time.time,
         max_name: int = 1024,
-        max_durability: int = 1,
+        max_durability: int = 2,
+        on_discard: Callable[[Terminus], None] | None = None,
     ) -> None:
         self.container_id = container_id
         self.persistence: TerminusPersistence = persistence or NoPersistence()
         self.clock = clock
         self.max_name = max_name
-        # unsettled-state (2) is granted only where the data plane records deliveries
         self.max_durability = max_durability
+        # told when a terminus goes for good, so what it held can be settled
+        self.on_discard = on_discard
         self.termini: dict[Key, Terminus] = {}
         self.by_link: dict[Any, Terminus] = {}
 
@@ -176,6 +181,8 @@ class LinkRegistry:
                 t = old  # the same terminus, resumed: its unsettled state stays
                 t.fields = dict(peer_terminus)
             else:
+                if old is not None:
+                    self._destroy(old)  # another address: a new terminus, nothing resumes
                 t = Terminus(key=key, address=address, fields=dict(peer_terminus))
             t.durable = granted
             t.expiry_policy = policy
@@ -243,6 +250,8 @@ class LinkRegistry:
     def _destroy(self, t: Terminus) -> None:
         if self.termini.get(t.key) is t:
             del self.termini[t.key]
+        if self.on_discard is not None and t.held:
+            self.on_discard(t)
         if t.durable >= 1:
             self.persistence.delete(t.key)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from router._fast.codec import decode, encode
 from router._fast.engine import described_to_dict, source_value, target_value
@@ -28,6 +28,14 @@ from stores.termini import (
 
 log = logging.getLogger("qrouter.store")
 
+__all__ = ["StorePersistence", "terminus_digest"]
+
+
+def terminus_digest(key: Key) -> bytes:
+    """The digest that names a terminus's records in the store."""
+    return TerminusKey(*key).digest  # type: ignore[arg-type]
+
+
 ALIVE_KEY = b"r/alive"
 
 
@@ -35,6 +43,8 @@ class StorePersistence:
     def __init__(self, store: TerminusStore) -> None:
         self.store = store
         self.durability = store.durability
+        # called with each commit's seconds (router/metrics.py: the commit latency histogram)
+        self.on_commit: Callable[[float], None] | None = None
 
     @classmethod
     def open(cls, name: str, path: str | None, sync: str = "batched") -> StorePersistence:
@@ -43,17 +53,36 @@ class StorePersistence:
     def save(self, t: Terminus) -> None:
         with self.store.batch() as b:
             save_terminus(b, _record(t), with_unsettled=False)
+        self._committed()
 
     def delete(self, key: Key) -> None:
         with self.store.batch() as b:
             delete_terminus(b, TerminusKey(*key))  # type: ignore[arg-type]
+        self._committed()
 
     def load(self) -> Iterator[Terminus]:
         for rec in load_termini(self.store):
-            yield _terminus(rec)
+            t = _terminus(rec)
+            t.records = dict(rec.unsettled)
+            yield t
+
+    def commit(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """The data plane's group commit: one loop iteration's records, one transaction."""
+        with self.store.batch() as b:
+            for key, value in records:
+                if value is None:
+                    b.delete(key)
+                else:
+                    b.put(key, value)
+        self._committed()
 
     def mark_alive(self, now: float | None = None) -> None:
         self.store.put(ALIVE_KEY, struct.pack(">d", time.time() if now is None else now))
+        self._committed()
+
+    def _committed(self) -> None:
+        if self.on_commit is not None:
+            self.on_commit(self.store.last_commit_seconds)
 
     def last_alive(self) -> float | None:
         raw = self.store.get(ALIVE_KEY)

@@ -53,7 +53,7 @@ RECORD_VERSION = 1
 
 _DIGEST_SIZE = 32
 _UNSETTLED_HEAD = struct.Struct(">BI")  # flags, state length
-_SETTLED, _HAS_STATE, _HAS_MESSAGE = 1, 2, 4
+_SETTLED, _HAS_STATE, _HAS_MESSAGE, _HAS_ORIGIN = 1, 2, 4, 8
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,15 @@ class UnsettledRecord:
 
     `state` is the encoded AMQP delivery-state (None: no state yet), `message` the encoded
     message bytes as sent (None when this side does not hold them, e.g. a receiving terminus),
-    `settled` whether this side has settled it (kept until the peer is known to have seen it).
+    `settled` whether this side has settled it (kept until the peer is known to have seen it),
+    `origin` for an outbound copy the inbound delivery it copies (that terminus's digest and
+    the delivery's tag), so an outcome still reaches its producer after a restart.
     """
 
     state: bytes | None = None
     message: bytes | None = None
     settled: bool = False
+    origin: bytes | None = None
 
 
 @dataclass
@@ -302,10 +305,12 @@ def encode_unsettled(rec: UnsettledRecord) -> bytes:
         (_SETTLED if rec.settled else 0)
         | (_HAS_STATE if rec.state is not None else 0)
         | (_HAS_MESSAGE if rec.message is not None else 0)
+        | (_HAS_ORIGIN if rec.origin is not None else 0)
     )
     state = rec.state or b""
     head = b"U" + bytes([RECORD_VERSION]) + _UNSETTLED_HEAD.pack(flags, len(state))
-    return head + state + (rec.message or b"")
+    origin = b"" if rec.origin is None else bytes([len(rec.origin)]) + rec.origin
+    return head + state + origin + (rec.message or b"")
 
 
 def decode_unsettled(data: bytes) -> UnsettledRecord:
@@ -313,18 +318,24 @@ def decode_unsettled(data: bytes) -> UnsettledRecord:
     if len(body) < _UNSETTLED_HEAD.size:
         raise ValueError("truncated")
     flags, state_len = _UNSETTLED_HEAD.unpack_from(body)
-    if flags & ~(_SETTLED | _HAS_STATE | _HAS_MESSAGE):
+    if flags & ~(_SETTLED | _HAS_STATE | _HAS_MESSAGE | _HAS_ORIGIN):
         raise ValueError(f"unknown flags {flags:#x}")
     rest = body[_UNSETTLED_HEAD.size :]
     if state_len > len(rest) or (state_len and not flags & _HAS_STATE):
         raise ValueError("bad state length")
     message = rest[state_len:]
+    origin = None
+    if flags & _HAS_ORIGIN:
+        if not message or message[0] + 1 > len(message):
+            raise ValueError("bad origin length")
+        origin, message = message[1 : 1 + message[0]], message[1 + message[0] :]
     if message and not flags & _HAS_MESSAGE:
         raise ValueError("trailing bytes")
     return UnsettledRecord(
         state=rest[:state_len] if flags & _HAS_STATE else None,
         message=message if flags & _HAS_MESSAGE else None,
         settled=bool(flags & _SETTLED),
+        origin=origin,
     )
 
 

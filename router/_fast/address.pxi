@@ -47,7 +47,14 @@ cdef class Address:
         if not self.consumers:
             return 0
         for c in self.consumers:
-            k = c.credit - len(c.pending)
+            if c.inter_router and self.distribution == DIST_MULTICAST:
+                # mesh: a multicast copy for another router waits in a bounded queue on its
+                # link (2 x link capacity) instead of for that router's credit. Waiting for
+                # the credit would make it depend on itself around every loop of the mesh
+                # (A's link to B has credit when B's to C has, which has when C's to A has).
+                k = 2 * self.router.link_capacity - len(c.pending)
+            else:
+                k = c.credit - len(c.pending)
             if self.distribution == DIST_MULTICAST:
                 if m < 0 or k < m:
                     m = k
@@ -125,41 +132,89 @@ cdef class Address:
         link.send_pending()
         while self.undelivered and link.credit - len(link.pending) > 0:
             inb = self.undelivered.popleft()
-            if inb.link is None and not inb.presettled:
+            if inb.link is None and not inb.presettled and inb.durable_key is None:
                 continue          # its producer is gone: never delivered, nobody to tell
+            if inb.transit and link.inter_router and not link.transit_ok:
+                self.undelivered.appendleft(inb)
+                break             # the gradient rule (pick): it waits for another consumer
             p = inb.payload
             inb.out = link.deliver(inb, <const uint8_t*>PyBytes_AS_STRING(p),
                                    PyBytes_GET_SIZE(p))
         self.grant()
         return 0
 
-    cdef Link pick(self):
-        """The consumer for the next anycast delivery, or None if none has credit.
+    cdef Link pick(self, Delivery inb):
+        """The consumer for the next anycast delivery, or None if none (allowed) has credit.
 
-        closest: round robin over the consumers with credit (on one router every local
-        consumer is equally close). balanced: the consumer with the fewest deliveries
-        outstanding (unsettled or waiting), ties broken round robin; so a slow consumer gets
-        fewer."""
+        Every consumer has a cost: 0 for a local one, and for a per-address inter-router link
+        the path cost to the nearest router with a consumer behind it (docs/mesh.md, "Data
+        plane"). closest: the cheapest consumer with credit, ties round robin (on one router
+        every local consumer is equally close). balanced: the fewest deliveries outstanding
+        (unsettled or waiting) plus cost, ties round robin; so a slow consumer gets fewer.
+
+        The gradient rule (mesh): a transit delivery (it arrived on an inter-router link) may
+        take a local consumer, or an inter-router link whose neighbour is strictly closer to a
+        consumer than this router (`transit_ok`). The distance falls at every hop, so no
+        delivery loops, whatever the routers' tables say while routes converge."""
         cdef Py_ssize_t i, n = len(self.consumers), best_i = -1
         cdef Link c, best = None
         cdef int64_t load, best_load = 0
+        cdef bint transit = inb is not None and inb.transit
         if n == 0:
             return None
         for i in range(n):
             c = self.consumers[(self.rr + i) % n]
             if c.credit - len(c.pending) <= 0 or c.state != LINK_ATTACHED:
                 continue
+            if transit and c.inter_router and not c.transit_ok:
+                continue
             if self.distribution == DIST_CLOSEST:
-                self.rr = (self.rr + i + 1) % n
-                return c
-            load = c.unsettled_count + len(c.pending)
+                load = c.cost
+            else:
+                load = c.unsettled_count + len(c.pending) + c.cost
             if best is None or load < best_load:
                 best = c
                 best_load = load
                 best_i = i
+                if load == 0:
+                    break     # nothing beats an idle local consumer
         if best is not None:
             self.rr = (self.rr + best_i + 1) % n
         return best
+
+    def recheck_transit(self):
+        """Mesh: after the control plane changed `transit_ok` on some links (or a consumer
+        went), RELEASE the waiting transit deliveries that no consumer may take any more, so
+        the previous router tries again instead of their waiting for ever (see pick)."""
+        cdef Delivery inb
+        if not self.undelivered:
+            return
+        keep = deque()
+        while self.undelivered:
+            inb = self.undelivered.popleft()
+            if self.may_take(inb):
+                keep.append(inb)
+            else:
+                release_inbound(inb)
+        self.undelivered = keep
+
+    cdef bint has_inter_router(self) noexcept:
+        cdef Link c
+        for c in self.consumers:
+            if c.inter_router:
+                return True
+        return False
+
+    cdef bint may_take(self, Delivery inb) noexcept:
+        """Some consumer may ever take `inb` (credit aside): any, unless it is transit and
+        only inter-router links that fail the gradient rule are left (see pick)."""
+        cdef Link c
+        if not inb.transit:
+            return len(self.consumers) > 0
+        for c in self.consumers:
+            if not c.inter_router or c.transit_ok:
+                return True
+        return False
 
     cdef int forward(self, Delivery inb, const uint8_t* data, Py_ssize_t n) except -1:
         """Route a complete inbound delivery (data/n: its bytes, or NULL to use inb.payload)."""
@@ -174,19 +229,41 @@ cdef class Address:
             if not self.consumers:
                 release_inbound(inb)
                 return 0
+            # mesh (docs/mesh.md, "Multicast"): a message entering the mesh here is marked
+            # with this router's id for the routers it goes on to; a transit copy goes on only
+            # on links whose valid origins hold its ingress, so copies follow the ingress's
+            # shortest-path tree: none loops, no router gets two.
+            ingress = None
+            if inb.transit:
+                ingress = message_ingress(data, n)
+            elif self.has_inter_router():
+                inb.payload = add_ingress(data, n, self.router.container_id)
+                data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
+                n = PyBytes_GET_SIZE(inb.payload)
             copies = []
+            sent = 0
             for c in self.consumers:
+                if inb.transit and c.inter_router and (
+                        ingress is None or c.valid_origins is None or
+                        ingress not in c.valid_origins):
+                    continue
                 out = c.deliver(inb, data, n)
+                sent += 1
                 if not inb.presettled:
                     copies.append(out)
-            self.n_out += len(self.consumers)
+            self.n_out += sent
+            if sent == 0:
+                release_inbound(inb)
+                return 0
             if not inb.presettled:
                 inb.copies = copies
                 inb.pending_copies = len(copies)
             return 0
-        c = self.pick()
+        c = self.pick(inb)
         if c is None:
-            if not self.consumers:
+            if not self.may_take(inb):
+                # no consumer, or (transit) none closer: RELEASED, so the previous router or
+                # the producer tries again once routes settle
                 release_inbound(inb)
                 return 0
             # credit was promised by consumers that have not used it up yet (their pending or
@@ -297,6 +374,12 @@ cdef int settle_copies(Delivery inb) except -1:
 cdef int settle_out(Delivery out) except -1:
     cdef Link link = out.link
     if out.settled or link is None:
+        return 0
+    if not out.sent and out.own_payload:
+        # a copy resent to a resuming consumer, still waiting for credit: it goes out settled
+        out.presettled = True
+        if link.durable_key is not None and out.tag is not None:
+            j_del(link.conn.router, link.durable_key, out.tag)
         return 0
     out.settled = True
     if not out.sent:

@@ -68,6 +68,7 @@ cdef class Connection:
     # client side (the router's connectors, the client API)
     cdef readonly bint client
     cdef object sasl_client                    # (mechanism, initial-response, hostname)
+    cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -659,7 +660,8 @@ cdef class Connection:
             # is never cut off by timer slack
             "idle_time_out": UInt(self.idle_timeout_ms // 2) if self.idle_timeout_ms else None,
             "offered_capabilities": symbol_array(["ANONYMOUS-RELAY"]),
-            "properties": self.router.open_properties,
+            "properties": self.open_properties if self.open_properties is not None
+            else self.router.open_properties,
         })
         return 0
 
@@ -925,6 +927,7 @@ cdef class Connection:
             d.resume = resume
             d.remote_state_raw = state_raw
             d.durable_key = link.durable_key
+            d.transit = link.inter_router     # mesh: the gradient rule (address.pxi pick)
             if not settled:
                 s.unsettled_in[delivery_id] = d
                 link.unsettled_count += 1
@@ -958,13 +961,15 @@ cdef class Connection:
         elif self.max_message_size and <uint64_t>plen > self.max_message_size:
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
+        if link.durable_key is not None and link.resumable and not link.endpoint:
+            # durability 2: a delivery the router already holds re-binds (2.6.13), also when
+            # the producer resends it settled (its outcome was known to both)
+            old = link.resumable.pop(d.tag, None)
+            if old is not None:
+                return resume_inbound(link, d, <Delivery>old, d.presettled)
         if link.durable_key is not None and not d.presettled and not link.endpoint:
-            # durability 2: a delivery the router already holds re-binds (2.6.13); a new one is
-            # recorded before anything of it is forwarded (the flush commits first)
-            if link.resumable:
-                old = link.resumable.pop(d.tag, None)
-                if old is not None:
-                    return resume_inbound(link, d, <Delivery>old, d.presettled or settled)
+            # a new one is recorded before anything of it is forwarded (the flush commits
+            # before it writes)
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
             j_put(self.router, link.durable_key, d.tag, None, None, d.payload)

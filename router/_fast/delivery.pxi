@@ -49,6 +49,7 @@ cdef class Delivery:
     cdef int outcome_code         # inbound: the outcome told (or to tell) the producer
     cdef bytes outcome_raw
     cdef bint own_payload         # outbound resent: its payload is its own (maybe empty)
+    cdef bint transit             # mesh: inbound on an inter-router link (not from a client)
 
     @staticmethod
     cdef inline Delivery new(Link link, uint32_t delivery_id, bytes tag):
@@ -88,6 +89,16 @@ cdef class Delivery:
     @property
     def is_presettled(self):
         return self.presettled
+
+    @property
+    def outcome_bytes(self):
+        """Inbound: the encoded outcome the producer was (or will be) told; None if none."""
+        return self.outcome_raw
+
+    @property
+    def inbound_delivery(self):
+        """Outbound copy: the delivery it copies (None once that one is gone)."""
+        return self.inbound
 
     @property
     def resumed(self):

@@ -76,18 +76,19 @@ cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) excep
     new delivery-id; the router does not forward it again. If its outcome is known it is sent
     again; if the producer now settles it, the settlement goes on to the consumers."""
     cdef Session s = link.session
-    s.unsettled_in[d.delivery_id] = old
     old.link = link
     old.delivery_id = d.delivery_id
     old.resume = True
     if settled:
+        if not d.presettled:
+            s.unsettled_in.pop(d.delivery_id, None)
+            link.unsettled_count -= 1
         old.settled = True
-        s.unsettled_in.pop(old.delivery_id, None)
-        link.unsettled_count -= 1
         settle_copies(old)
         if old.durable_key is not None:
             j_del(link.conn.router, old.durable_key, old.tag)
         return 0
+    s.unsettled_in[d.delivery_id] = old
     if old.outcome_sent and old.outcome_raw is not None:
         old.outcome_sent = False
         apply_outcome(old, old.outcome_code, old.outcome_raw)
@@ -142,6 +143,17 @@ def producer_forgot(Router router not None, Delivery inbound not None):
     settle_copies(inbound)
     if inbound.durable_key is not None:
         j_del(router, inbound.durable_key, inbound.tag)
+
+
+def forget(Router router not None, bytes dkey not None, bytes tag not None):
+    """Drop the store record of a held delivery (in this iteration's group commit)."""
+    j_del(router, dkey, tag)
+
+
+def abandon_copy(Delivery out not None):
+    """A durable consumer terminus is gone for good: its held copy may have been seen, so
+    the producer hears MODIFIED(delivery-failed) (3.4.5), as for any lost consumer."""
+    copy_outcome(out, D_MODIFIED, _STATE_MODIFIED_FAILED, True)
 
 
 def consumer_state(Delivery out not None, int code, bytes raw):

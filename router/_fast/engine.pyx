@@ -21,7 +21,7 @@ from router._fast.codec cimport (
     Reader, Writer, r_binary, r_bool, r_descriptor, r_is_null, r_list, r_skip, r_uint, r_value,
 )
 from router._fast.codec import (
-    DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, symbol_array,
+    DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, encode, symbol_array,
 )
 from router._fast.constants cimport *
 
@@ -38,6 +38,7 @@ cdef enum:
 include "performatives.pxi"
 include "delivery.pxi"
 include "link.pxi"
+include "annotations.pxi"
 include "address.pxi"
 include "connection.pxi"
 include "router.pxi"

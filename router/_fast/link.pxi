@@ -112,6 +112,17 @@ cdef class Link:
     cdef public bytes durable_key
     cdef dict resumable
     cdef uint32_t tag_nonce
+    # --- mesh (issue 4, docs/mesh.md "Data plane"): set by router/inter_router.py ---
+    # inter_router: a per-address link on an inter-router connection (either role).
+    # cost: path cost to the nearest consumer behind it (0 for local consumers);
+    # transit_ok: a delivery that arrived from another router may take it (the neighbour is
+    # strictly closer to a consumer than we are: the gradient rule, loop-free);
+    # valid_origins: multicast copies that entered the mesh at one of these routers may take it
+    cdef public bint inter_router
+    cdef public int64_t cost
+    cdef public bint transit_ok
+    cdef public frozenset valid_origins
+    # --- end mesh ---
 
     def __cinit__(self):
         self.pending = []
@@ -357,9 +368,12 @@ cdef class Link:
             out = self.pending[0]
             if out.offset == 0 and self.credit <= 0:
                 break        # 2.6.7: a new delivery needs credit; a started one may finish
-            if out.offset == 0 and (out.settled or (out.inbound is not None and (
-                    out.inbound.link is None and not out.inbound.presettled))):
-                # the producer went away before this copy was written: drop it (never seen)
+            if out.offset == 0 and (out.settled or (
+                    not out.own_payload and out.inbound is not None and
+                    out.inbound.link is None and not out.inbound.presettled and
+                    out.inbound.durable_key is None)):
+                # the producer went away before this copy was written: drop it (never seen);
+                # a durable producer's delivery is held for it, not gone
                 del self.pending[0]
                 continue
             p = out.payload if out.inbound is None or out.own_payload else out.inbound.payload

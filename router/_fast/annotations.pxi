@@ -1,0 +1,89 @@
+# Mesh multicast (docs/mesh.md, "Multicast"): the ingress router of a message travels in its
+# message-annotations as `x-opt-qr-ingress` (as qdrouterd's `x-opt-qd.ingress`), so transit
+# routers can apply the valid-origin rule. Only multicast deliveries that leave for another
+# router pay for this; the bytes of anything else are never touched. (Included by engine.pyx.)
+
+cdef object _INGRESS_KEY = Symbol("x-opt-qr-ingress")
+
+
+cdef Py_ssize_t _sections(const uint8_t* data, Py_ssize_t n, Py_ssize_t* ma_end) except -2:
+    """3.2: a bare message may start with header, delivery-annotations, message-annotations
+    (in that order). Returns where the message-annotations section starts (its end in
+    ma_end), or -1 and in ma_end where it would go (after header / delivery-annotations)."""
+    cdef Reader r
+    cdef uint64_t code
+    cdef Py_ssize_t start
+    r.p = data
+    r.n = n
+    r.pos = 0
+    while r.pos < r.n:
+        start = r.pos
+        r_descriptor(&r, &code)
+        if code == D_HEADER or code == D_DELIVERY_ANNOTATIONS:
+            r_skip(&r)
+            continue
+        if code == D_MESSAGE_ANNOTATIONS:
+            r_skip(&r)
+            ma_end[0] = r.pos
+            return start
+        ma_end[0] = start
+        return -1
+    ma_end[0] = r.pos
+    return -1
+
+
+cdef bytes add_ingress(const uint8_t* data, Py_ssize_t n, str router_id):
+    """The message with `x-opt-qr-ingress = router_id` in its message-annotations (a new
+    section when it has none, which leaves every other byte as it was)."""
+    cdef Reader r
+    cdef uint64_t code
+    cdef Py_ssize_t end = 0
+    cdef Py_ssize_t start = _sections(data, n, &end)
+    cdef bytes head, tail
+    annotations = {}
+    if start >= 0:
+        r.p = data + start
+        r.n = end - start
+        r.pos = 0
+        r_descriptor(&r, &code)
+        found = r_value(&r)
+        if isinstance(found, dict):
+            annotations = dict(found)
+        head = PyBytes_FromStringAndSize(<char*>data, start)
+    else:
+        head = PyBytes_FromStringAndSize(<char*>data, end)
+    annotations[_INGRESS_KEY] = router_id
+    tail = PyBytes_FromStringAndSize(<char*>(data + end), n - end)
+    return head + encode(Described(ULong(D_MESSAGE_ANNOTATIONS), annotations)) + tail
+
+
+cdef object message_ingress(const uint8_t* data, Py_ssize_t n):
+    """`x-opt-qr-ingress` of a message, or None."""
+    cdef Reader r
+    cdef uint64_t code
+    cdef Py_ssize_t end = 0
+    cdef Py_ssize_t start
+    try:
+        start = _sections(data, n, &end)
+        if start < 0:
+            return None
+        r.p = data + start
+        r.n = end - start
+        r.pos = 0
+        r_descriptor(&r, &code)
+        found = r_value(&r)
+    except DecodeError:
+        return None
+    if isinstance(found, dict):
+        value = found.get(_INGRESS_KEY)
+        return str(value) if value is not None else None
+    return None
+
+
+def _test_add_ingress(bytes message not None, str router_id not None):
+    """For tests: add_ingress on a Python bytes object."""
+    return add_ingress(<const uint8_t*>PyBytes_AS_STRING(message), len(message), router_id)
+
+
+def _test_message_ingress(bytes message not None):
+    return message_ingress(<const uint8_t*>PyBytes_AS_STRING(message), len(message))

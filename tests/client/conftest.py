@@ -1,0 +1,30 @@
+"""Client API tests: the asyncio client (router/client.py) against real router processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+# Every client test is bounded even without its own mark (pytest-timeout); the tests' own
+# waits (asyncio.wait_for) are shorter.
+DEFAULT_TEST_TIMEOUT = 120
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/client/" in item.nodeid and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT))
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    """Run one test coroutine on a fresh event loop, bounded by `timeout` seconds."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
