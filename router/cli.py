@@ -35,6 +35,16 @@ def main() -> None:
     metavar="PREFIX=DISTRIBUTION",
     help="Add an address entry (repeatable); with '*' or '#' it is a pattern.",
 )
+@click.option(
+    "--inter-router-listen",
+    metavar="HOST:PORT",
+    help="Accept connections from other routers of the mesh here.",
+)
+@click.option(
+    "--inter-router-connect",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Connect to these routers (reconnecting with backoff); an empty value: none.",
+)
 @click.option("--id", "router_id", metavar="ID", help="Router id (default qrouter-<hostname>).")
 @click.option("--store", type=click.Choice(STORES), help="Terminus store (default memory).")
 @click.option("--store-path", metavar="DIR", help="Directory of an lmdb or leveldb store.")
@@ -50,10 +60,15 @@ def main() -> None:
     "--log-format", type=click.Choice(LOG_FORMATS), help="text, or json: one object a line."
 )
 @click.option("--users-file", metavar="FILE", help="Users for SASL PLAIN (qrouter-tool passwd).")
+@click.option(
+    "--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics."
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
     address: tuple[str, ...],
+    inter_router_listen: str | None,
+    inter_router_connect: str | None,
     router_id: str | None,
     store: str | None,
     store_path: str | None,
@@ -61,6 +76,7 @@ def start(
     log_level: str | None,
     log_format: str | None,
     users_file: str | None,
+    metrics: str | None,
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -68,6 +84,8 @@ def start(
             config_file,
             listen=listen,
             address=address,
+            inter_router_listen=inter_router_listen,
+            inter_router_connect=inter_router_connect,
             id=router_id,
             store=store,
             store_path=store_path,
@@ -75,6 +93,7 @@ def start(
             log_level=log_level,
             log_format=log_format,
             users_file=users_file,
+            metrics=metrics,
         )
     except ConfigError as exc:
         _fail(str(exc))

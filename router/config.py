@@ -67,6 +67,15 @@ class ListenerConfig:
 
 
 @dataclass
+class ConnectorConfig:
+    """An outgoing inter-router connection (docs/mesh.md): reconnected with backoff."""
+
+    host: str = "127.0.0.1"
+    port: int = 55672
+    cost: int = 1  # the link cost this router advertises for the connection (at least 1)
+
+
+@dataclass
 class AddressConfig:
     prefix: str | None = None  # exactly one of prefix and pattern is set
     pattern: str | None = None
@@ -77,6 +86,7 @@ class AddressConfig:
 class RouterConfig:
     id: str = field(default_factory=_default_id)
     listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
+    connectors: list[ConnectorConfig] = field(default_factory=list)
     addresses: list[AddressConfig] = field(default_factory=list)
     default_distribution: str = "balanced"
     oslo_preset: bool = True
@@ -89,6 +99,7 @@ class RouterConfig:
     log_modules: dict[str, str] = field(default_factory=dict)
     max_message_size: int = 100 * 1024 * 1024  # bytes, 0 = unlimited
     link_capacity: int = 250  # max credit the router grants one producer link
+    metrics: str | None = None  # HOST:PORT of the Prometheus endpoint (/metrics); None: off
     source: str | None = None  # config file path, for messages
 
 
@@ -183,6 +194,7 @@ def _readable_file(key: str, path: str) -> None:
 
 _LISTENER_KEYS = tuple(f.name for f in fields(ListenerConfig))
 _ADDRESS_KEYS = ("prefix", "pattern", "distribution")
+_CONNECTOR_KEYS = ("host", "port", "cost")
 _TOP_KEYS = (
     "id",
     "default_distribution",
@@ -193,8 +205,10 @@ _TOP_KEYS = (
     "store_sync",
     "max_message_size",
     "link_capacity",
+    "metrics",
     "log",
     "listener",
+    "connector",
     "address",
 )
 _LOG_KEYS = ("level", "format", "modules")
@@ -228,6 +242,20 @@ def _listener(key: str, table: Mapping[str, Any], base: str | None) -> ListenerC
     if "idle_timeout" in table:
         lc.idle_timeout = _want_number(k + "idle_timeout", table["idle_timeout"], 0.0)
     return lc
+
+
+def _connector(key: str, table: Mapping[str, Any]) -> ConnectorConfig:
+    _check_keys(key, table, _CONNECTOR_KEYS)
+    cc = ConnectorConfig()
+    if "host" in table:
+        cc.host = _want_str(f"{key}.host", table["host"])
+        if not cc.host:
+            raise ConfigError("must not be empty", key=f"{key}.host")
+    if "port" in table:
+        cc.port = _want_int(f"{key}.port", table["port"], 1, 65535)
+    if "cost" in table:
+        cc.cost = _want_int(f"{key}.cost", table["cost"], 1, _UINT32_MAX)
+    return cc
 
 
 def _mechanisms(key: str, value: object) -> tuple[str, ...]:
@@ -278,6 +306,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
     if "link_capacity" in doc:
         cfg.link_capacity = _want_int("link_capacity", doc["link_capacity"], 1, _UINT32_MAX)
+    if "metrics" in doc:
+        cfg.metrics = parse_metrics(_want_str("metrics", doc["metrics"]), "metrics")
     if "log" in doc:
         log = _want_table("log", doc["log"])
         _check_keys("log", log, _LOG_KEYS)
@@ -296,6 +326,9 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         if not tables:
             raise ConfigError("needs at least one [[listener]] table", key="listener")
         cfg.listeners = [_listener(f"listener[{i}]", t, base) for i, t in enumerate(tables)]
+    if "connector" in doc:
+        tables = _want_tables("connector", doc["connector"])
+        cfg.connectors = [_connector(f"connector[{i}]", t) for i, t in enumerate(tables)]
     if "address" in doc:
         tables = _want_tables("address", doc["address"])
         cfg.addresses = [_address(f"address[{i}]", t) for i, t in enumerate(tables)]
@@ -319,6 +352,50 @@ def parse_listen(value: str) -> ListenerConfig:
     if number > 65535:
         raise ConfigError(f"{value!r}: port {number} is out of range (0-65535)", key="--listen")
     return ListenerConfig(host=host, port=number)
+
+
+def parse_inter_router_listen(value: str) -> ListenerConfig:
+    """``--inter-router-listen HOST:PORT``: a listener with role inter-router."""
+    try:
+        lc = parse_listen(value)
+    except ConfigError as exc:
+        raise ConfigError(exc.what, key="--inter-router-listen") from None
+    lc.role = "inter-router"
+    return lc
+
+
+def parse_connect(value: str) -> list[ConnectorConfig]:
+    """``--inter-router-connect HOST:PORT[,HOST:PORT...]``; an empty value: no connectors."""
+    found: list[ConnectorConfig] = []
+    for part in value.split(","):
+        if not part.strip():
+            continue
+        try:
+            lc = parse_listen(part)
+        except ConfigError as exc:
+            raise ConfigError(exc.what, key="--inter-router-connect") from None
+        if lc.port == 0:
+            raise ConfigError(f"{part.strip()!r}: port 0", key="--inter-router-connect")
+        found.append(ConnectorConfig(host=lc.host, port=lc.port))
+    return found
+
+
+def parse_metrics(value: str, key: str = "--metrics") -> str:
+    """The metrics endpoint, ``HOST:PORT`` as for ``--listen``; returned checked, unchanged."""
+    try:
+        parse_listen(value)
+    except ConfigError as exc:
+        raise ConfigError(exc.what, key=key) from None
+    return value.strip()
+
+
+def listener_from_table(table: Mapping[str, Any], key: str = "listener") -> ListenerConfig:
+    """One listener given as a table of ``[[listener]]`` keys (the management node's CREATE):
+    parsed and checked as a config file's would be, relative paths taken from the current
+    directory. Raises ConfigError."""
+    lc = _listener(key, table, None)
+    _check_listener(key, lc)
+    return lc
 
 
 def parse_address_option(value: str) -> AddressConfig:
@@ -431,6 +508,11 @@ def _cross_check(
             key = where[1] if where[1].startswith("--") else f"{where[1]}.port"
             raise fail((where[0], key), f"{lc.host}:{lc.port} is also used by {other}")
         seen[address] = where
+    if cfg.metrics is not None:
+        metrics = parse_listen(cfg.metrics)
+        if metrics.port != 0 and (metrics.host, metrics.port) in seen:
+            other = seen[(metrics.host, metrics.port)][1]
+            raise fail(origin("metrics"), f"{cfg.metrics} is also used by {other}")
 
 
 # -- entry point ----------------------------------------------------------------------------
@@ -457,6 +539,7 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "log_level": lambda key, value: _want_choice(key, str(value).lower(), LOG_LEVELS),
     "log_format": lambda key, value: _want_choice(key, value, LOG_FORMATS),
     "default_distribution": lambda key, value: _want_choice(key, value, DISTRIBUTIONS),
+    "metrics": lambda key, value: parse_metrics(_want_str(key, value), key),
 }
 
 
@@ -468,10 +551,12 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
     """Read `path` (TOML; None = defaults only), apply command-line `overrides`, validate.
 
     `overrides`: ``listen`` (HOST:PORT strings or ListenerConfig; replaces the configured
-    *normal* listeners, inter-router ones are kept), ``address`` (PREFIX=DIST strings or
+    *normal* listeners, inter-router ones are kept), ``inter_router_listen`` (HOST:PORT;
+    replaces the configured inter-router listeners), ``inter_router_connect``
+    (HOST:PORT[,HOST:PORT...] or ConnectorConfigs; replaces the connectors, "" = none), ``address`` (PREFIX=DIST strings or
     AddressConfig; appended after the file's entries, so they win over them), and ``id``,
     ``store``, ``store_path``, ``users_file``, ``log_level``, ``log_format``,
-    ``default_distribution`` (replace). None and empty values are ignored, so click options
+    ``default_distribution``, ``metrics`` (replace). None and empty values are ignored, so click options
     can be passed through unchanged. Raises ConfigError.
     """
     cfg = RouterConfig()
@@ -491,9 +576,23 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
 
     given: set[str] = set()
     for name, value in overrides.items():
-        if value is None or (name in ("listen", "address") and not value):
+        if value is None or (name in ("listen", "address", "inter_router_listen") and not value):
             continue
         given.add(name)
+        if name == "inter_router_listen":
+            lc = value if isinstance(value, ListenerConfig) else parse_inter_router_listen(value)
+            kept = [
+                (old, where)
+                for old, where in zip(cfg.listeners, listener_origins, strict=True)
+                if old.role != "inter-router"
+            ]
+            cfg.listeners = [old for old, _ in kept] + [lc]
+            listener_origins = [where for _, where in kept] + [(None, "--inter-router-listen")]
+            continue
+        if name == "inter_router_connect":
+            # an empty value is meaningful: no connectors (the file's are dropped too)
+            cfg.connectors = parse_connect(value) if isinstance(value, str) else list(value)
+            continue
         if name in ("listen", "address") and isinstance(value, str):
             value = [value]
         if name == "listen":

@@ -8,12 +8,16 @@ import asyncio
 import logging
 import signal
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router._fast.engine import Connection
-from router.config import ConfigError, ListenerConfig, RouterConfig
+from router.config import ConfigError, ConnectorConfig, ListenerConfig, RouterConfig
 from router.core import Core
+from router.management import RunningListener, listener_names
 from router.tls import server_context
+
+if TYPE_CHECKING:
+    from router.metrics import MetricsEndpoint
 
 log = logging.getLogger("qrouter.server")
 
@@ -73,53 +77,132 @@ class AmqpProtocol(asyncio.Protocol):
             self.core.connections.discard(self.conn)
 
 
+class ConnectorProtocol(AmqpProtocol):
+    """An inter-router connection the router opens (client mode, SASL ANONYMOUS); `closed`
+    completes when it goes, for the connector to reconnect (router/inter_router.py)."""
+
+    __slots__ = ("connector", "closed")
+
+    def __init__(self, core: Core, connector: ConnectorConfig) -> None:
+        super().__init__(core, ListenerConfig(connector.host, connector.port, "inter-router"))
+        self.connector = connector
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.conn = self.core.new_connection(self.listener, self.connector)
+        self.conn.transport = transport
+        self.conn.start("ANONYMOUS")
+        log.debug("[C%d] connected to %s", self.conn.conn_id, transport.get_extra_info("peername"))
+        self._schedule_tick()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 class Server:
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
         self.persistence = open_persistence(config)
         self.core = Core(config, self.persistence)
         self.servers: list[asyncio.AbstractServer] = []
+        self.listening: list[RunningListener] = []
+        self.metrics: MetricsEndpoint | None = None
+        self.core.management.listeners = self  # management CREATE / DELETE listener
+        if config.connectors or any(lc.role == "inter-router" for lc in config.listeners):
+            from router.inter_router import Mesh
+
+            self.core.mesh = Mesh(self.core)
         self.stopping = asyncio.Event()
         if self.persistence is not None:
             crashed_at = self.persistence.last_alive()
             n = self.core.registry.recover(crashed_at)
-            log.info("store %s at %s: %d termini recovered", config.store, config.store_path, n)
+            held = self.core.rebuild_held()
+            log.info(
+                "store %s at %s: %d termini, %d unsettled deliveries recovered",
+                config.store,
+                config.store_path,
+                n,
+                held,
+            )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.core.engine.schedule = loop.call_soon
         loop.create_task(self._housekeeping())
-        for lc in self.config.listeners:
-            ctx: ssl.SSLContext | None = None
-            if lc.tls_cert and lc.tls_key:
-                ctx = server_context(lc.tls_cert, lc.tls_key, lc.tls_ca, lc.require_client_cert)
-            server = await loop.create_server(
-                lambda lc=lc: AmqpProtocol(self.core, lc),
-                host=lc.host,
-                port=lc.port,
-                ssl=ctx,
-                reuse_address=True,
-                backlog=1024,
-            )
-            self.servers.append(server)
-            for sock in server.sockets:
-                host, port = sock.getsockname()[:2]
-                log.info(
-                    "listening on %s:%d%s (%s)", host, port, " with TLS" if ctx else "", lc.role
-                )
+        if self.core.mesh is not None:
+            # before the listeners: a neighbour may connect as soon as they are open
+            self.core.mesh.start(self._connect)
+        for lc, name in zip(
+            self.config.listeners, listener_names(self.config.listeners), strict=True
+        ):
+            await self.open_listener(lc, name, "config")
+        if self.config.metrics:
+            from router.metrics import MetricsEndpoint  # prometheus_client only when asked
+
+            self.metrics = MetricsEndpoint(self.core)
+            await self.metrics.start(self.config.metrics)
+
+    async def open_listener(
+        self, lc: ListenerConfig, name: str, origin: str = "management"
+    ) -> RunningListener:
+        """Listen on `lc` (at start, and for the management node's CREATE listener)."""
+        loop = asyncio.get_running_loop()
+        ctx: ssl.SSLContext | None = None
+        if lc.tls_cert and lc.tls_key:
+            ctx = server_context(lc.tls_cert, lc.tls_key, lc.tls_ca, lc.require_client_cert)
+        server = await loop.create_server(
+            lambda lc=lc: AmqpProtocol(self.core, lc),
+            host=lc.host,
+            port=lc.port,
+            ssl=ctx,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self.servers.append(server)
+        running = RunningListener(name, lc, server, origin)
+        self.listening.append(running)
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            log.info("listening on %s:%d%s (%s)", host, port, " with TLS" if ctx else "", lc.role)
+        return running
+
+    def close_listener(self, running: RunningListener) -> None:
+        """Stop accepting on a listener (management DELETE); its connections stay open."""
+        if running.server is not None:
+            running.server.close()
+            if running.server in self.servers:
+                self.servers.remove(running.server)
+        if running in self.listening:
+            self.listening.remove(running)
 
     async def _housekeeping(self) -> None:
-        # once a second: expire suspended termini (3.5.6), and note that the router is alive
-        # so that after a crash the expiry clock starts about when it died
+        # once a second: expire suspended termini (3.5.6), warn about stuck links, and note
+        # that the router is alive so that after a crash the expiry clock starts about when it
+        # died
         while not self.stopping.is_set():
-            self.core.registry.expire()
+            self.core.registry.expire()  # discarded termini settle what they held (on_discard)
+            self.core.monitor.check()
             if self.persistence is not None:
                 self.persistence.mark_alive()
             await asyncio.sleep(1.0)
 
+    async def _connect(self, cc: ConnectorConfig) -> asyncio.Future[None]:
+        """Open one inter-router connection; the returned future completes when it closes."""
+        loop = asyncio.get_running_loop()
+        _transport, protocol = await loop.create_connection(
+            lambda: ConnectorProtocol(self.core, cc), cc.host, cc.port
+        )
+        return protocol.closed
+
     async def stop(self) -> None:
+        if self.core.mesh is not None:
+            self.core.mesh.stop()
         for server in self.servers:
             server.close()
+        if self.metrics is not None:
+            self.metrics.close()
         for conn in list(self.core.connections):
             conn.close()
         self.core.engine.flush()

@@ -45,7 +45,8 @@ def router(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[
         name = name or ("router" if not made else f"router{len(made)}")
         timeout = kwargs.pop("timeout", DEFAULT_TIMEOUT)
         wait = kwargs.pop("wait", True)
-        r = Router(tmp_path / name, name=name, wait=False, **kwargs)
+        cls = kwargs.pop("cls", Router)  # e.g. harness.MeshRouter
+        r = cls(tmp_path / name, name=name, wait=False, **kwargs)
         made.append(r)
         if wait:
             r.wait_ports(timeout)

@@ -378,3 +378,49 @@ class Router(Process):
                 if time.monotonic() > deadline:
                     raise self.failure(f"port {lst.address} not open after {timeout}s")
                 time.sleep(0.05)
+
+
+class MeshRouter(Router):
+    """A ``qrouter`` process that is part of a mesh (issue 4, docs/mesh.md).
+
+    It listens for other routers on ``inter_port`` (a free port unless given, so a restarted
+    router can reuse its predecessor's) and connects to the inter-router ports in
+    ``connect``. ``wait_ports`` waits for the inter-router port too. Everything else is as for
+    `Router`.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        name: str = "router",
+        *,
+        inter_port: int | None = None,
+        connect: Sequence[int] = (),
+        extra_args: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
+        self.inter_port = inter_port or free_port()
+        self.connect_ports = list(connect)
+        args = [
+            "--inter-router-listen",
+            f"{HOST}:{self.inter_port}",
+            "--inter-router-connect",
+            ",".join(f"{HOST}:{port}" for port in self.connect_ports),
+            *extra_args,
+        ]
+        super().__init__(directory, name=name, extra_args=args, **kwargs)
+
+    def wait_ports(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().wait_ports(timeout)
+        deadline = time.monotonic() + timeout
+        while not port_open(self.inter_port, HOST, timeout=0.5):
+            self.check_running()
+            if time.monotonic() > deadline:
+                raise self.failure(f"inter-router port {self.inter_port} not open after {timeout}s")
+            time.sleep(0.05)
+
+    def log_text(self) -> str:
+        """The whole log so far (tests look for a line, e.g. a refusal)."""
+        if not self._out.closed:
+            self._out.flush()
+        return self.outfile.read_text(errors="replace")

@@ -1,4 +1,4 @@
-"""What the routing engine needs from the data plane (the lead's Cython engine implements it).
+"""What the routing engine needs from the data plane (router/inter_router.py implements it).
 
 The engine never touches sockets or deliveries: it calls these methods, and only when the
 value changes, so an implementation can apply each call directly to its forwarding tables.

@@ -40,6 +40,7 @@ ROUTER_START_S = 20.0
 ROUTER_STOP_S = 10.0
 ATTACH_WAIT_S = 0.3  # receiver first; the router gives the sender credit only once it attached
 IDLE10K = 10_000
+MESH_FORM_S = 1.0  # two-hop: let the routers connect and exchange hellos first
 
 
 class BenchError(Exception):
@@ -237,12 +238,15 @@ def run_load(
     rate: int = 0,
     receivers: int = 1,
     listen: bool = False,
+    send_port: int | None = None,
 ) -> Run:
-    """Start the receiver(s), then the sender; wait (bounded) for all of them."""
+    """Start the receiver(s), then the sender; wait (bounded) for all of them. The sender
+    connects to `send_port` when given (another router of a mesh), else to `port`."""
     timeout = 30 + count / 5000 + (count / rate if rate else 0)
     load, sport = str(cfg.load), str(port)
     recv = [load, "recv", HOST, sport, addr, str(count), str(cfg.credit), str(cfg.body)]
-    send = [load, "send", HOST, sport, addr, str(count), str(cfg.body), str(int(presettled))]
+    send = [load, "send", HOST, str(send_port or port), addr, str(count), str(cfg.body)]
+    send.append(str(int(presettled)))
     send.append(str(rate))
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -390,6 +394,51 @@ class Bench:
             row.ratio = None  # a fixed rate: compare the latency with the direct row instead
         return row
 
+    def two_hop(self, name: str, *, presettled: bool = False) -> Row:
+        """Router chain A -> B (issue 4): the sender on A, the receiver on B."""
+        base = self.direct(presettled)
+        ir_port = free_port()
+        try:
+            with (
+                Router(
+                    self.cfg.logs,
+                    name + " A",
+                    "--id",
+                    "A",
+                    "--inter-router-listen",
+                    f"{HOST}:{ir_port}",
+                ) as a,
+                Router(
+                    self.cfg.logs,
+                    name + " B",
+                    "--id",
+                    "B",
+                    "--inter-router-connect",
+                    f"{HOST}:{ir_port}",
+                ) as b,
+            ):
+                time.sleep(MESH_FORM_S)
+                runs = []
+                for i in range(self.cfg.repeat):
+                    cpu0 = a.cpu_s() + b.cpu_s()
+                    run = run_load(
+                        self.cfg,
+                        b.port,
+                        f"bench.{name}.{i}",
+                        count=self.cfg.count,
+                        presettled=presettled,
+                        send_port=a.port,
+                    )
+                    a.check()
+                    b.check()
+                    run.router_cpu_s = a.cpu_s() + b.cpu_s() - cpu0
+                    runs.append(run)
+                row = self.median(name, runs, base)
+                row.router_rss_mib = (a.rss_kib() + b.rss_kib()) / 1024
+        except BenchError as e:
+            return Row(name, note=str(e))
+        return row
+
     def idle(
         self, name: str, warm: tuple[int, int], load: tuple[int, int]
     ) -> tuple[Row, dict[str, Any]]:
@@ -454,6 +503,16 @@ def one_hop(presettled: bool) -> Callable[[Bench], Row]:
         name = f"one-hop {'presettled' if presettled else 'unsettled'}"
         row = b.through_router(name, presettled=presettled)
         row.note = row.note or f"target ≥ 0.30{' with zero loss' if presettled else ''}"
+        return row
+
+    return scenario
+
+
+def two_hop(presettled: bool) -> Callable[[Bench], Row]:
+    def scenario(b: Bench) -> Row:
+        name = f"two-hop {'presettled' if presettled else 'unsettled'}"
+        row = b.two_hop(name, presettled=presettled)
+        row.note = row.note or "chain A→B; CPU and RSS of both routers; target ≥ 0.10"
         return row
 
     return scenario
@@ -524,8 +583,8 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "direct": direct,
     "one-hop-unsettled": one_hop(False),
     "one-hop-presettled": one_hop(True),
-    "two-hop-unsettled": pending("two-hop unsettled", 4),
-    "two-hop-presettled": pending("two-hop presettled", 4),
+    "two-hop-unsettled": two_hop(False),
+    "two-hop-presettled": two_hop(True),
     "multicast": multicast,
     "lmdb-unsettled": pending("one-hop unsettled, LMDB durable links", 3),
     "latency": latency,
