@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
+from qrouter_tools.management_commands import COMMANDS, OPTION_NAMES, connection_options
 
 from router import __version__
 from router.auth import UserDB
@@ -19,8 +21,24 @@ def _fail(message: str) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="qrouter-tool")
-def main() -> None:
-    """Tools for qrouter operators."""
+@connection_options
+@click.pass_context
+def main(ctx: click.Context, **options: Any) -> None:
+    """Tools for qrouter operators.
+
+    The connection options (--url, TLS, SASL, --timeout, --json) may come before the command
+    or after it: qrouter-tool --url amqp://h:5672 links, or qrouter-tool links --url ...
+    """
+    ctx.obj = {k: options.get(k) for k in OPTION_NAMES}
+
+
+for _command in COMMANDS:
+    main.add_command(_command)
+
+# pyspark, pyarrow and matplotlib are imported only when `audit` runs
+from qrouter_tools.audit.cli import audit_command  # noqa: E402
+
+main.add_command(audit_command)
 
 
 @main.command()

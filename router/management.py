@@ -1,0 +1,1020 @@
+"""The ``$management`` node: AMQP Management (OASIS working draft, "AMQP Management Version
+1.0") over the router's own tables, as Qpid Dispatch's ``qdmanage`` / ``qdstat`` use it.
+
+A request is a message sent to ``$management`` with ``reply-to`` set (usually a dynamic
+address) and application-properties ``operation`` (QUERY, READ, CREATE, UPDATE, DELETE,
+GET-TYPES, GET-OPERATIONS, GET-ATTRIBUTES, GET-MGMT-NODES), ``type`` (the entity type) and
+``name`` or ``identity``; CREATE and UPDATE carry the attributes as a map body, QUERY a map
+``{"attributeNames": [...]}``. The response goes to the request's ``reply-to`` with
+``correlation-id`` = the request's ``message-id`` (its ``correlation-id`` if it has none),
+application-properties ``statusCode`` (HTTP-like: 200, 201, 204, 400, 404, 405, 409, 500, 501)
+and ``statusDescription``, and the result as the body: a map of attributes (READ, CREATE,
+UPDATE), nothing (DELETE), or ``{"attributeNames": [...], "results": [[...], ...]}`` (QUERY).
+
+Entity types live under ``org.qrouter.`` (``org.qrouter.link``); a request may give the short
+name (``link``). For QUERY, ``type`` may also be ``org.amqp.management`` with the entity type
+in ``entityType``, as qdmanage sends it. Attribute names are snake_case, like the keys of the
+configuration file, so that ``CREATE listener`` takes what a ``[[listener]]`` table takes.
+
+Control path only: a request costs a walk over the tables it asks about; nothing here runs per
+message of other links.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from router import __version__
+from router._fast.codec import UByte
+from router._fast.engine import source_value, target_value
+from router.addresses import AddressEntry
+from router.config import ConfigError, ListenerConfig, listener_from_table
+from router.log import tag
+from router.message import DecodeError, Message, decode_message, encode_message
+
+if TYPE_CHECKING:
+    from router.core import Core
+
+log = logging.getLogger("qrouter.management")
+
+MANAGEMENT_ADDRESS = "$management"
+TYPE_PREFIX = "org.qrouter."
+MANAGEMENT_TYPE = "org.amqp.management"
+REQUEST_CREDIT = 100  # requests a client may have in flight on one link
+
+# Link.state (router/_fast/constants.pxd)
+_LINK_STATES = {0: "attaching", 1: "attached", 2: "detached"}
+
+
+class ManagementError(Exception):
+    """A request that fails with this status code and description."""
+
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+
+
+@dataclass
+class Response:
+    status: int
+    description: str
+    body: Any = None
+
+
+Reply = Response | Coroutine[Any, Any, Response]
+
+
+# -- listeners: the server opens and closes them -----------------------------------------------
+
+
+@dataclass
+class RunningListener:
+    """A listener the server has open: its name (from CREATE, or ``HOST:PORT`` for the
+    configured ones), its configuration, the asyncio server, and where it came from."""
+
+    name: str
+    config: ListenerConfig
+    server: asyncio.Server | None
+    origin: str = "config"  # "config" | "management"
+
+    def bound(self) -> list[str]:
+        if self.server is None:
+            return []
+        out = []
+        for sock in self.server.sockets:
+            host, port = sock.getsockname()[:2]
+            out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return out
+
+
+class ListenerControl(Protocol):
+    """What the management node needs from the server (router/server.py `Server`)."""
+
+    listening: list[RunningListener]
+
+    async def open_listener(
+        self, lc: ListenerConfig, name: str, origin: str = "management"
+    ) -> RunningListener: ...
+
+    def close_listener(self, running: RunningListener) -> None: ...
+
+
+# -- entity types ------------------------------------------------------------------------------
+
+
+@dataclass
+class EntityType:
+    """One entity type: its attributes (in QUERY's default order) and operations."""
+
+    name: str
+    attributes: tuple[str, ...]
+    rows: Callable[[], Iterable[dict[str, Any]]]
+    operations: tuple[str, ...] = ("QUERY", "READ")
+    create: Callable[[str | None, dict[str, Any]], Reply] | None = None
+    update: Callable[[dict[str, Any], dict[str, Any]], Reply] | None = None
+    delete: Callable[[dict[str, Any]], Reply] | None = None
+    doc: str = ""
+
+    @property
+    def full_name(self) -> str:
+        return TYPE_PREFIX + self.name
+
+
+def _ops(*extra: str) -> tuple[str, ...]:
+    return ("QUERY", "READ", *extra)
+
+
+class ManagementNode:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.listeners: ListenerControl | None = None  # set by the server
+        self.created_entries: set[tuple[str, str]] = set()  # address entries made at run time
+        self.started = time.time()
+        self.requests = 0
+        self._pending: set[asyncio.Task[None]] = set()
+        self.types: dict[str, EntityType] = {
+            t.name: t
+            for t in (
+                EntityType(
+                    "router",
+                    ROUTER_ATTRIBUTES,
+                    lambda: [self.router_row()],
+                    doc="this router: identity, version, counts, store",
+                ),
+                EntityType(
+                    "listener",
+                    LISTENER_ATTRIBUTES,
+                    self.listener_rows,
+                    _ops("CREATE", "DELETE"),
+                    create=self.create_listener,
+                    delete=self.delete_listener,
+                    doc="sockets the router accepts connections on",
+                ),
+                EntityType(
+                    "connector",
+                    CONNECTOR_ATTRIBUTES,
+                    self.connector_rows,
+                    _ops("CREATE", "DELETE"),
+                    create=self.create_connector,
+                    delete=self.create_connector,
+                    doc="outgoing inter-router connections ([[connector]] in the config)",
+                ),
+                EntityType(
+                    "address",
+                    ADDRESS_ATTRIBUTES,
+                    self.address_entry_rows,
+                    _ops("CREATE", "UPDATE", "DELETE"),
+                    create=self.create_address,
+                    update=self.update_address,
+                    delete=self.delete_address,
+                    doc="address entries (prefix or pattern -> distribution)",
+                ),
+                EntityType(
+                    "router.address",
+                    ROUTER_ADDRESS_ATTRIBUTES,
+                    self.router_address_rows,
+                    doc="addresses in use in the data plane, with their counters",
+                ),
+                EntityType(
+                    "connection",
+                    CONNECTION_ATTRIBUTES,
+                    self.connection_rows,
+                    _ops("DELETE"),
+                    delete=self.delete_connection,
+                    doc="open AMQP connections",
+                ),
+                EntityType(
+                    "link",
+                    LINK_ATTRIBUTES,
+                    self.link_rows,
+                    doc="attached links and suspended durable ones",
+                ),
+                EntityType(
+                    "terminus",
+                    TERMINUS_ATTRIBUTES,
+                    self.terminus_rows,
+                    _ops("DELETE"),
+                    delete=self.delete_terminus,
+                    doc="the link registry: termini, attached and suspended",
+                ),
+                EntityType(
+                    "node",
+                    NODE_ATTRIBUTES,
+                    self.node_rows,
+                    doc="routers of the mesh reachable from this one",
+                ),
+            )
+        }
+
+    # -- the link ------------------------------------------------------------------------------
+
+    def claims(self, link: Any, fields: dict[str, Any]) -> bool:
+        """Attach `link` as a management request link if it sends to ``$management``;
+        False (and nothing done) for any other link."""
+        if link.is_sender:
+            return False
+        target = fields.get("target")
+        if not isinstance(target, dict) or target.get("address") != MANAGEMENT_ADDRESS:
+            return False
+        source = fields.get("source")
+        link.attach(
+            {
+                "snd_settle_mode": UByte(_mode(fields.get("snd_settle_mode"), 2)),
+                "rcv_settle_mode": UByte(0),  # 3.8.2: we settle first (accept, then answer)
+                "source": source_value(source) if isinstance(source, dict) else None,
+                "target": target_value({"address": MANAGEMENT_ADDRESS}),
+            }
+        )
+        link.bind_endpoint()
+        link.flow(REQUEST_CREDIT)
+        log.debug("%s management link %r attached", tag(link.conn.conn_id, link.handle), link.name)
+        return True
+
+    def on_message(self, link: Any, delivery: Any, payload: bytes) -> None:
+        """One request from a ``$management`` link: accept it, answer to its reply-to."""
+        delivery.update(0x24)  # 3.4.2 accepted (and settled)
+        if link.credit <= REQUEST_CREDIT // 2:
+            link.flow(REQUEST_CREDIT)
+        self.requests += 1
+        try:
+            request = decode_message(payload)
+        except DecodeError as exc:
+            log.warning("%s undecodable management request: %s", tag(link.conn.conn_id), exc)
+            return
+        reply_to = request.reply_to
+        if not reply_to:
+            log.warning("%s management request without reply-to: dropped", tag(link.conn.conn_id))
+            return
+        correlation = (
+            request.message_id if request.message_id is not None else (request.correlation_id)
+        )
+        answer = self.handle(request, user=link.conn.user)
+        if isinstance(answer, Response):
+            self._send(reply_to, correlation, answer)
+            return
+        task = asyncio.get_running_loop().create_task(self._finish(reply_to, correlation, answer))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _finish(
+        self, reply_to: str, correlation: Any, answer: Coroutine[Any, Any, Response]
+    ) -> None:
+        try:
+            response = await answer
+        except ManagementError as exc:
+            response = Response(exc.status, exc.description)
+        except Exception as exc:  # noqa: BLE001 - the requester gets a 500, the log the detail
+            log.exception("management request failed")
+            response = Response(500, f"internal error: {exc}")
+        self._send(reply_to, correlation, response)
+
+    def _send(self, reply_to: str, correlation: Any, response: Response) -> None:
+        reply = Message(
+            body=response.body,
+            message_id=str(uuid.uuid4()),
+            correlation_id=correlation,
+            application_properties={
+                "statusCode": response.status,
+                "statusDescription": response.description,
+            },
+        )
+        if not self.core.engine.send(reply_to, encode_message(reply)):
+            log.info("management reply to %r: nobody consumes that address", reply_to)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def handle(self, request: Message, user: str | None = None) -> Reply:
+        """The response to one request (a coroutine for those that wait on the server)."""
+        props = request.application_properties or {}
+        operation = str(props.get("operation") or "").upper()
+        try:
+            if not operation:
+                raise ManagementError(400, "no operation in the request's application-properties")
+            if operation == "GET-TYPES":
+                return Response(200, "OK", self.get_types())
+            if operation == "GET-OPERATIONS":
+                return Response(200, "OK", {t.full_name: list(t.operations) for t in self._all()})
+            if operation == "GET-ATTRIBUTES":
+                return Response(200, "OK", {t.full_name: list(t.attributes) for t in self._all()})
+            if operation == "GET-MGMT-NODES":
+                return Response(200, "OK", [])  # other routers' nodes arrive with the mesh
+            etype = self._entity_type(props, operation)
+            if operation not in etype.operations:
+                raise ManagementError(
+                    405, f"{operation} is not supported for type {etype.full_name}"
+                )
+            if operation == "QUERY":
+                return Response(200, "OK", self.query(etype, request.body, props))
+            if operation == "CREATE":
+                attrs = _attributes(request.body)
+                name = props.get("name") or attrs.get("name")
+                assert etype.create is not None
+                return etype.create(None if name is None else str(name), attrs)
+            row = self._find(etype, props)
+            if operation == "READ":
+                return Response(200, "OK", row)
+            if operation == "UPDATE":
+                assert etype.update is not None
+                return etype.update(row, _attributes(request.body))
+            if operation == "DELETE":
+                assert etype.delete is not None
+                return etype.delete(row)
+            raise ManagementError(400, f"unknown operation {operation!r}")
+        except ManagementError as exc:
+            return Response(exc.status, exc.description)
+        except Exception as exc:  # noqa: BLE001 - the requester gets a 500, the log the detail
+            log.exception("management %s failed", operation)
+            return Response(500, f"internal error: {exc}")
+
+    def _all(self) -> list[EntityType]:
+        return list(self.types.values())
+
+    def get_types(self) -> dict[str, list[str]]:
+        # the draft: a map from each type to the types it extends
+        return {t.full_name: [MANAGEMENT_TYPE + ".entity"] for t in self._all()}
+
+    def _entity_type(self, props: dict[str, Any], operation: str) -> EntityType:
+        name = props.get("type")
+        if operation == "QUERY" and (name is None or name == MANAGEMENT_TYPE):
+            name = props.get("entityType")
+        if not name:
+            raise ManagementError(
+                400, f"{operation} needs the entity type (application property 'type')"
+            )
+        text = str(name)
+        short = text[len(TYPE_PREFIX) :] if text.startswith(TYPE_PREFIX) else text
+        etype = self.types.get(short)
+        if etype is None:
+            known = ", ".join(sorted(self.types))
+            raise ManagementError(404, f"unknown entity type {text!r} (known: {known})")
+        return etype
+
+    def query(self, etype: EntityType, body: Any, props: dict[str, Any]) -> dict[str, Any]:
+        names: list[str] = []
+        if isinstance(body, dict):
+            requested = body.get("attributeNames")
+            if isinstance(requested, list):
+                names = [str(n) for n in requested]
+        if not names:
+            names = list(etype.attributes)
+        rows = list(etype.rows())
+        offset = _int(props.get("offset"), 0)
+        count = props.get("count")
+        rows = rows[offset:]
+        if count is not None:
+            rows = rows[: _int(count, len(rows))]
+        return {
+            "attributeNames": names,
+            "results": [[row.get(n) for n in names] for row in rows],
+        }
+
+    def _find(self, etype: EntityType, props: dict[str, Any]) -> dict[str, Any]:
+        identity, name = props.get("identity"), props.get("name")
+        if identity is None and name is None:
+            raise ManagementError(400, "give 'name' or 'identity'")
+        for row in etype.rows():
+            if identity is not None and str(row.get("identity")) == str(identity):
+                return row
+            if identity is None and str(row.get("name")) == str(name):
+                return row
+        which = f"identity {identity!r}" if identity is not None else f"name {name!r}"
+        raise ManagementError(404, f"no {etype.full_name} with {which}")
+
+    # -- router --------------------------------------------------------------------------------
+
+    def router_row(self) -> dict[str, Any]:
+        core = self.core
+        cfg = core.config
+        links = [link for conn in core.connections for link in conn.links()]
+        termini = core.registry.all()
+        totals = dict.fromkeys(
+            ("n_in", "n_out", "n_accepted", "n_released", "n_rejected", "n_modified", "n_dropped"),
+            0,
+        )
+        engine = core.engine
+        names = engine.address_names()
+        for name in names:
+            a = engine.address(name)
+            if a is None:
+                continue
+            for key in totals:
+                totals[key] += getattr(a, key)
+        persistence = core.registry.persistence
+        store = getattr(persistence, "store", None)
+        monitor = getattr(core, "monitor", None)
+        return {
+            "identity": cfg.id,
+            "name": cfg.id,
+            "id": cfg.id,
+            "version": __version__,
+            "mode": "interior" if mesh_of(core) is not None else "standalone",
+            "started": self.started,
+            "uptime_seconds": round(time.time() - self.started, 3),
+            "connection_count": len(core.connections),
+            "link_count": len(links),
+            "links_without_credit": sum(
+                1 for link in links if link.state == 1 and link.credit <= 0
+            ),
+            "address_count": len(names),
+            "address_entry_count": len(core.table.entries()),
+            "terminus_count": len(termini),
+            "suspended_terminus_count": sum(1 for t in termini if t.link is None),
+            "mesh_router_count": len(self.node_rows()),
+            "deliveries_in": totals["n_in"],
+            "deliveries_out": totals["n_out"],
+            "accepted": totals["n_accepted"],
+            "released": totals["n_released"],
+            "rejected": totals["n_rejected"],
+            "modified": totals["n_modified"],
+            "dropped": totals["n_dropped"],
+            "credit_stalls": getattr(monitor, "credit_stalls_total", None),
+            "stuck_deliveries": getattr(monitor, "stuck_deliveries", None),
+            "store": cfg.store,
+            "store_path": cfg.store_path,
+            "store_durability": persistence.durability,
+            "store_commits": getattr(store, "commit_count", None),
+            "store_commit_seconds_total": getattr(store, "commit_seconds_total", None),
+            "store_last_commit_seconds": getattr(store, "last_commit_seconds", None),
+            "management_requests": self.requests,
+        }
+
+    # -- listeners -----------------------------------------------------------------------------
+
+    def _running(self) -> list[RunningListener]:
+        if self.listeners is not None:
+            return list(self.listeners.listening)
+        return [
+            RunningListener(_listener_name(lc, i, self.core.config.listeners), lc, None)
+            for i, lc in enumerate(self.core.config.listeners)
+        ]
+
+    def listener_rows(self) -> list[dict[str, Any]]:
+        counts: dict[int, int] = {}
+        for conn in self.core.connections:
+            lc = getattr(conn.handler, "listener", None)
+            counts[id(lc)] = counts.get(id(lc), 0) + 1
+        rows = []
+        for running in self._running():
+            lc = running.config
+            rows.append(
+                {
+                    "identity": running.name,
+                    "name": running.name,
+                    "host": lc.host,
+                    "port": lc.port,
+                    "bound": running.bound(),
+                    "role": lc.role,
+                    "tls": bool(lc.tls_cert),
+                    "require_client_cert": lc.require_client_cert,
+                    "sasl_mechanisms": list(lc.sasl_mechanisms),
+                    "require_auth": lc.require_auth,
+                    "max_frame_size": lc.max_frame_size,
+                    "channel_max": lc.channel_max,
+                    "idle_timeout": lc.idle_timeout,
+                    "connection_count": counts.get(id(lc), 0),
+                    "origin": running.origin,
+                }
+            )
+        return rows
+
+    def create_listener(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        control = self.listeners
+        if control is None:
+            raise ManagementError(501, "this router has no server to open listeners on")
+        settings = {k: v for k, v in attrs.items() if k not in ("name", "identity", "type")}
+        try:
+            lc = listener_from_table(settings)
+        except ConfigError as exc:
+            raise ManagementError(400, str(exc)) from None
+        if name is None:
+            name = f"{lc.host}:{lc.port}"
+        if any(r.name == name for r in control.listening):
+            raise ManagementError(409, f"a listener named {name!r} exists")
+
+        async def open_it() -> Response:
+            try:
+                running = await control.open_listener(lc, name, "management")
+            except OSError as exc:
+                raise ManagementError(
+                    500, f"cannot listen on {lc.host}:{lc.port}: {exc.strerror or exc}"
+                ) from None
+            log.info("listener %r opened on %s by management", name, ", ".join(running.bound()))
+            return Response(201, "Created", self._listener_row(name))
+
+        return open_it()
+
+    def _listener_row(self, name: str) -> dict[str, Any]:
+        for row in self.listener_rows():
+            if row["name"] == name:
+                return row
+        raise ManagementError(404, f"no listener named {name!r}")
+
+    def delete_listener(self, row: dict[str, Any]) -> Reply:
+        control = self.listeners
+        if control is None:
+            raise ManagementError(501, "this router has no server to close listeners on")
+        for running in control.listening:
+            if running.name == row["name"]:
+                # new connections are refused; the ones it accepted stay open
+                control.close_listener(running)
+                log.info("listener %r closed by management", running.name)
+                return Response(204, "No Content")
+        raise ManagementError(404, f"no listener named {row['name']!r}")
+
+    # -- connectors (the mesh) ---------------------------------------------------------------
+
+    def connector_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for i, cc in enumerate(getattr(self.core.config, "connectors", None) or []):
+            conn = next(
+                (c for c in self.core.connections if getattr(c.handler, "connector", None) is cc),
+                None,
+            )
+            name = f"{cc.host}:{cc.port}"
+            rows.append(
+                {
+                    "identity": f"connector/{i}",
+                    "name": name,
+                    "host": cc.host,
+                    "port": cc.port,
+                    "role": "inter-router",
+                    "cost": cc.cost,
+                    "connection": conn.conn_id if conn is not None else None,
+                    "connected": conn is not None and not conn.closed,
+                }
+            )
+        return rows
+
+    def create_connector(self, *_args: Any) -> Reply:
+        # the mesh's connector tasks are started with the router (router/inter_router.py);
+        # opening and closing one at run time needs an API there first
+        raise ManagementError(
+            501, "connectors are configured with [[connector]]; run-time changes are not there yet"
+        )
+
+    # -- address entries -----------------------------------------------------------------------
+
+    def address_entry_rows(self) -> list[dict[str, Any]]:
+        preset = _preset_keys() if self.core.config.oslo_preset else {}
+        configured = {
+            ("prefix", ac.prefix) if ac.prefix is not None else ("pattern", ac.pattern)
+            for ac in self.core.config.addresses
+        }
+        rows = []
+        for entry in self.core.table.entries():
+            key = entry.key
+            if key in self.created_entries:
+                origin = "management"
+            elif key in configured:
+                origin = "config"
+            elif preset.get(key) == entry.distribution:
+                origin = "preset"
+            else:
+                origin = "config"
+            rows.append(
+                {
+                    "identity": f"{key[0]}:{key[1]}",
+                    "name": key[1],
+                    "prefix": entry.prefix,
+                    "pattern": entry.pattern,
+                    "distribution": entry.distribution,
+                    "origin": origin,
+                }
+            )
+        return rows
+
+    def _entry(self, attrs: dict[str, Any]) -> AddressEntry:
+        prefix, pattern = attrs.get("prefix"), attrs.get("pattern")
+        try:
+            return AddressEntry(
+                prefix=None if prefix is None else str(prefix),
+                pattern=None if pattern is None else str(pattern),
+                distribution=str(attrs.get("distribution") or "balanced"),
+            )
+        except ValueError as exc:
+            raise ManagementError(400, str(exc)) from None
+
+    def create_address(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        if "prefix" not in attrs and "pattern" not in attrs and name:
+            attrs = dict(attrs)
+            attrs["pattern" if ("*" in name or "#" in name) else "prefix"] = name
+        entry = self._entry(attrs)
+        if any(e.key == entry.key for e in self.core.table.entries()):
+            raise ManagementError(
+                409, f"an address entry for {entry.key[0]} {entry.key[1]!r} exists (use UPDATE)"
+            )
+        self.core.table.add(entry)
+        self.created_entries.add(entry.key)
+        log.info("address entry %s %r -> %s added by management", *entry.key, entry.distribution)
+        return Response(201, "Created", self._entry_row(entry.key))
+
+    def update_address(self, row: dict[str, Any], attrs: dict[str, Any]) -> Reply:
+        merged = {
+            "prefix": row["prefix"],
+            "pattern": row["pattern"],
+            "distribution": row["distribution"],
+        }
+        if "distribution" in attrs:
+            merged["distribution"] = attrs["distribution"]
+        entry = self._entry(merged)
+        self.core.table.add(entry)  # same key: replaces the entry
+        log.info("address entry %s %r -> %s by management", *entry.key, entry.distribution)
+        return Response(200, "OK", self._entry_row(entry.key))
+
+    def delete_address(self, row: dict[str, Any]) -> Reply:
+        if row["prefix"] is not None:
+            self.core.table.remove(prefix=row["prefix"])
+        else:
+            self.core.table.remove(pattern=row["pattern"])
+        self.created_entries.discard(
+            ("prefix", row["prefix"]) if row["prefix"] is not None else ("pattern", row["pattern"])
+        )
+        log.info("address entry %r removed by management", row["identity"])
+        return Response(204, "No Content")
+
+    def _entry_row(self, key: tuple[str, str]) -> dict[str, Any]:
+        identity = f"{key[0]}:{key[1]}"
+        for row in self.address_entry_rows():
+            if row["identity"] == identity:
+                return row
+        raise ManagementError(404, f"no address entry {identity!r}")
+
+    # -- addresses in the data plane -----------------------------------------------------------
+
+    def router_address_rows(self) -> list[dict[str, Any]]:
+        from router._fast.engine import DISTRIBUTION_NAMES
+
+        engine = self.core.engine
+        rows = []
+        for name in sorted(engine.address_names()):
+            a = engine.address(name)
+            if a is None:
+                continue
+            rows.append(
+                {
+                    "identity": name,
+                    "name": name,
+                    "distribution": DISTRIBUTION_NAMES.get(a.distribution, str(a.distribution)),
+                    "consumers": a.consumer_count,
+                    "producers": a.producer_count,
+                    "undelivered": a.undelivered_count,
+                    "deliveries_in": a.n_in,
+                    "deliveries_out": a.n_out,
+                    "accepted": a.n_accepted,
+                    "released": a.n_released,
+                    "rejected": a.n_rejected,
+                    "modified": a.n_modified,
+                    "dropped": a.n_dropped,
+                }
+            )
+        return rows
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def connection_rows(self) -> list[dict[str, Any]]:
+        names = {id(r.config): r.name for r in self._running()}
+        rows = []
+        for conn in sorted(self.core.connections, key=lambda c: c.conn_id):
+            transport = conn.transport
+            peer = transport.get_extra_info("peername") if transport is not None else None
+            tls = transport.get_extra_info("sslcontext") is not None if transport else False
+            lc = getattr(conn.handler, "listener", None)
+            remote_open = conn.remote_open if isinstance(conn.remote_open, dict) else {}
+            rows.append(
+                {
+                    "identity": str(conn.conn_id),
+                    "name": f"C{conn.conn_id}",
+                    "container": conn.remote_container_id,
+                    "host": _peer(peer),
+                    "user": conn.user,
+                    "tls": tls,
+                    "role": lc.role if lc is not None else None,
+                    "listener": names.get(id(lc)),
+                    "opened": bool(remote_open),
+                    "closed": bool(conn.closed),
+                    "sessions": conn.session_count,
+                    "links": len(conn.links()),
+                    "bytes_in": conn.bytes_in,
+                    "bytes_out": conn.bytes_out,
+                    "frames_in": conn.frames_in,
+                }
+            )
+        return rows
+
+    def delete_connection(self, row: dict[str, Any]) -> Reply:
+        for conn in self.core.connections:
+            if str(conn.conn_id) == row["identity"]:
+                conn.close("amqp:connection:forced", "closed by management")
+                log.info("%s connection closed by management", tag(conn.conn_id))
+                return Response(204, "No Content")
+        raise ManagementError(404, f"no connection {row['identity']!r}")
+
+    # -- links and termini ---------------------------------------------------------------------
+
+    def link_rows(self) -> list[dict[str, Any]]:
+        registry = self.core.registry
+        now = time.monotonic()
+        monitor = getattr(self.core, "monitor", None)
+        no_credit_since: Callable[[Any, float], float] = (
+            monitor.no_credit_since
+            if monitor is not None
+            else lambda link, _now: link.no_credit_since
+        )
+        rows: list[dict[str, Any]] = []
+        for conn in sorted(self.core.connections, key=lambda c: c.conn_id):
+            for link in sorted(conn.links(), key=lambda x: x.handle):
+                t = registry.for_link(link)
+                ncs = no_credit_since(link, now) if link.state == 1 else 0.0
+                rows.append(
+                    {
+                        "identity": f"{conn.conn_id}/{link.handle}",
+                        "name": link.name,
+                        "connection": conn.conn_id,
+                        "container": conn.remote_container_id,
+                        "direction": "out" if link.is_sender else "in",
+                        "address": _link_address(link, t),
+                        "durable": t.durable if t is not None else None,
+                        "expiry_policy": t.expiry_policy if t is not None else None,
+                        "timeout": t.timeout if t is not None else None,
+                        "state": _LINK_STATES.get(link.state, str(link.state)),
+                        "endpoint": bool(link.endpoint),
+                        "snd_settle_mode": link.snd_settle_mode,
+                        "rcv_settle_mode": link.rcv_settle_mode,
+                        "credit": link.credit,
+                        "delivery_count": link.delivery_count,
+                        "delivered": link.n_delivered if link.is_sender else None,
+                        "accepted": link.n_accepted,
+                        "released": link.n_released,
+                        "rejected": link.n_rejected,
+                        "modified": link.n_modified,
+                        "unsettled": link.unsettled_count,
+                        "pending": link.pending_count,
+                        "no_credit_seconds": round(now - ncs, 3) if ncs > 0 else 0.0,
+                        "suspended_seconds": None,
+                    }
+                )
+        wall = time.time()
+        for t in registry.all():
+            if t.link is not None:
+                continue
+            rows.append(
+                {
+                    "identity": _terminus_identity(t.key),
+                    "name": t.key[2],
+                    "connection": None,
+                    "container": t.key[1],
+                    "direction": "out" if t.role == "sender" else "in",
+                    "address": t.address,
+                    "durable": t.durable,
+                    "expiry_policy": t.expiry_policy,
+                    "timeout": t.timeout,
+                    "state": "suspended",
+                    "endpoint": False,
+                    "snd_settle_mode": None,
+                    "rcv_settle_mode": None,
+                    "credit": None,
+                    "delivery_count": None,
+                    "delivered": None,
+                    "accepted": None,
+                    "released": None,
+                    "rejected": None,
+                    "modified": None,
+                    "unsettled": _held(t),
+                    "pending": None,
+                    "no_credit_seconds": None,
+                    "suspended_seconds": (
+                        round(wall - t.suspended_at, 3) if t.suspended_at is not None else None
+                    ),
+                }
+            )
+        return rows
+
+    def terminus_rows(self) -> list[dict[str, Any]]:
+        wall = time.time()
+        rows = []
+        for t in sorted(self.core.registry.all(), key=lambda t: t.key):
+            deadline = t.expiry_deadline()
+            rows.append(
+                {
+                    "identity": _terminus_identity(t.key),
+                    "name": t.key[2],
+                    "local_container": t.key[0],
+                    "container": t.key[1],
+                    "role": t.role,
+                    "direction": "out" if t.role == "sender" else "in",
+                    "address": t.address,
+                    "durable": t.durable,
+                    "expiry_policy": t.expiry_policy,
+                    "timeout": t.timeout,
+                    "state": "attached" if t.link is not None else "suspended",
+                    "connection": t.link.conn.conn_id if t.link is not None else None,
+                    "suspended_at": t.suspended_at,
+                    "expires_in": round(deadline - wall, 3) if deadline is not None else None,
+                    "held": _held(t),
+                }
+            )
+        return rows
+
+    def delete_terminus(self, row: dict[str, Any]) -> Reply:
+        registry = self.core.registry
+        for t in registry.all():
+            if _terminus_identity(t.key) != row["identity"]:
+                continue
+            if t.link is not None:
+                raise ManagementError(
+                    409, "the terminus is attached: close its connection or link first"
+                )
+            registry._destroy(t)
+            log.info("terminus of link %r deleted by management", t.key[2])
+            return Response(204, "No Content")
+        raise ManagementError(404, f"no terminus {row['identity']!r}")
+
+    # -- mesh ------------------------------------------------------------------------------
+
+    def node_rows(self) -> list[dict[str, Any]]:
+        """Routers reachable through the mesh (none until the mesh is wired into the core:
+        this reads `core.mesh`, a router.mesh.engine.RoutingEngine, when there is one)."""
+        mesh = mesh_of(self.core)
+        if mesh is None:
+            return []
+        neighbours = mesh.neighbours()
+        next_hops = mesh.next_hops()
+        costs = mesh.costs()
+        topology = mesh.topology()
+        rows = []
+        for router_id in sorted(set(next_hops) | set(neighbours)):
+            rows.append(
+                {
+                    "identity": router_id,
+                    "name": router_id,
+                    "id": router_id,
+                    "neighbour": router_id in neighbours,
+                    "next_hop": next_hops.get(router_id),
+                    "cost": costs.get(router_id),
+                    "link_id": neighbours.get(router_id),
+                    "peers": sorted(topology.get(router_id, {})),
+                }
+            )
+        return rows
+
+
+def mesh_of(core: Any) -> Any:
+    """The core's routing engine (a router.mesh.engine.RoutingEngine: `core.mesh.engine`, the
+    mesh data plane of router/inter_router.py), or None for a standalone router."""
+    mesh = getattr(core, "mesh", None)
+    for candidate in (mesh, getattr(mesh, "engine", None)):
+        if candidate is not None and hasattr(candidate, "next_hops"):
+            return candidate
+    return None
+
+
+# -- attribute lists (QUERY's default columns) ---------------------------------------------
+
+ROUTER_ATTRIBUTES = (
+    "identity", "name", "id", "version", "mode", "started", "uptime_seconds",
+    "connection_count", "link_count", "links_without_credit", "address_count",
+    "address_entry_count", "terminus_count", "suspended_terminus_count", "mesh_router_count",
+    "deliveries_in", "deliveries_out", "accepted", "released", "rejected", "modified",
+    "dropped", "credit_stalls", "stuck_deliveries", "store", "store_path", "store_durability",
+    "store_commits", "store_commit_seconds_total", "store_last_commit_seconds",
+    "management_requests",
+)  # fmt: skip
+LISTENER_ATTRIBUTES = (
+    "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",
+    "sasl_mechanisms", "require_auth", "max_frame_size", "channel_max", "idle_timeout",
+    "connection_count", "origin",
+)  # fmt: skip
+CONNECTOR_ATTRIBUTES = (
+    "identity", "name", "host", "port", "role", "cost", "connection", "connected",
+)  # fmt: skip
+ADDRESS_ATTRIBUTES = ("identity", "name", "prefix", "pattern", "distribution", "origin")
+ROUTER_ADDRESS_ATTRIBUTES = (
+    "identity", "name", "distribution", "consumers", "producers", "undelivered",
+    "deliveries_in", "deliveries_out", "accepted", "released", "rejected", "modified", "dropped",
+)  # fmt: skip
+CONNECTION_ATTRIBUTES = (
+    "identity", "name", "container", "host", "user", "tls", "role", "listener", "opened",
+    "closed", "sessions", "links", "bytes_in", "bytes_out", "frames_in",
+)  # fmt: skip
+LINK_ATTRIBUTES = (
+    "identity", "name", "connection", "container", "direction", "address", "durable",
+    "expiry_policy", "timeout", "state", "endpoint", "snd_settle_mode", "rcv_settle_mode",
+    "credit", "delivery_count", "delivered", "accepted", "released", "rejected", "modified",
+    "unsettled", "pending", "no_credit_seconds", "suspended_seconds",
+)  # fmt: skip
+TERMINUS_ATTRIBUTES = (
+    "identity", "name", "local_container", "container", "role", "direction", "address",
+    "durable", "expiry_policy", "timeout", "state", "connection", "suspended_at", "expires_in",
+    "held",
+)  # fmt: skip
+NODE_ATTRIBUTES = ("identity", "name", "id", "neighbour", "next_hop", "cost", "link_id", "peers")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _attributes(body: Any) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ManagementError(400, "the body must be a map of attributes")
+    return {str(k): _plain(v) for k, v in body.items()}
+
+
+def _plain(value: Any) -> Any:
+    """Decoded AMQP values (Long, Symbol ... subclasses) as plain Python ones."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        raise ManagementError(400, f"{value!r} is not an integer") from None
+
+
+def _mode(value: Any, default: int) -> int:
+    try:
+        mode = int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+    return mode if 0 <= mode <= 2 else default
+
+
+def _peer(peer: Any) -> str | None:
+    if not peer:
+        return None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(peer)
+
+
+def _link_address(link: Any, t: Any) -> str | None:
+    if link.endpoint:
+        return MANAGEMENT_ADDRESS
+    name = link.address_name
+    if name is not None:
+        return str(name)
+    if t is not None and t.address is not None:
+        return str(t.address)
+    return None
+
+
+def _held(t: Any) -> int:
+    """Deliveries a terminus holds for its link (durability 2): live ones, and stored records
+    not yet turned back into deliveries after a restart."""
+    return len(getattr(t, "held", {}) or {}) + len(getattr(t, "records", {}) or {})
+
+
+def _terminus_identity(key: tuple[str, str, str, str]) -> str:
+    # role, remote container, link name: the registry key less our own container-id
+    return f"{key[3]}:{key[1]}:{key[2]}"
+
+
+def _listener_name(lc: ListenerConfig, index: int, all_: list[ListenerConfig]) -> str:
+    name = f"{lc.host}:{lc.port}"
+    if sum(1 for other in all_ if (other.host, other.port) == (lc.host, lc.port)) > 1:
+        name = f"{name}#{index}"
+    return name
+
+
+def listener_names(listeners: list[ListenerConfig]) -> list[str]:
+    """The names the configured listeners go by (``HOST:PORT``, ``#i`` added to duplicates)."""
+    return [_listener_name(lc, i, listeners) for i, lc in enumerate(listeners)]
+
+
+def _preset_keys() -> dict[tuple[str, str], str]:
+    from router.addresses import OSLO_PRESET
+
+    return {("prefix", prefix): dist for prefix, dist in OSLO_PRESET}
+
+
+__all__ = [
+    "MANAGEMENT_ADDRESS",
+    "ManagementError",
+    "ManagementNode",
+    "Response",
+    "RunningListener",
+    "ListenerControl",
+    "listener_names",
+]
