@@ -1,0 +1,432 @@
+"""The delivery journal writer: Parquet segments of delivery events, written off the hot path.
+
+The engine collects delivery events column-wise (one Python list per column) and hands a batch
+over with `JournalWriter.append_batch` about once per loop iteration. The writer samples the
+batch (by a hash of ``origin``, so every router keeps or drops the same deliveries), then a
+background thread turns batches into Arrow row groups and writes them to the current segment::
+
+    <dir>/<router_id>-<start_ns>-<seq>.parquet
+
+Each segment is written as ``<dir>/.<name>.tmp`` and renamed when it is complete, so a reader
+(Spark, pyarrow.dataset: both skip names starting with ``.`` or ``_``) never sees a partial
+file. A segment is closed after ``segment_rows`` rows or ``segment_seconds`` seconds, on
+`flush` and on `close`. The schema and the meaning of each event are in docs/journal.md.
+
+pyarrow is imported when the first writer is made, so the router runs without it while the
+journal is off.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+# Column name -> Arrow type name, in file order. `router` is filled in by the writer.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("time_ns", "int64"),
+    ("router", "string"),
+    ("connection", "int64"),
+    ("link", "string"),
+    ("address", "string"),
+    ("tag", "binary"),
+    ("origin", "string"),
+    ("event", "string"),
+    ("outcome", "string"),
+    ("size", "int32"),
+    ("credit_stall_ns", "int64"),
+)
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+REQUIRED = ("time_ns", "connection", "link", "address", "tag", "origin", "event")
+OPTIONAL_DEFAULTS: dict[str, Any] = {"outcome": None, "size": 0, "credit_stall_ns": None}
+
+EVENTS = (
+    "received",
+    "forwarded",
+    "outcome",
+    "settled",
+    "released-back",
+    "resumed",
+    "credit-stall",
+)
+OUTCOMES = ("accepted", "rejected", "released", "modified")
+
+_SAMPLE_SPACE = 1 << 32
+
+
+class JournalError(RuntimeError):
+    """The journal writer failed (the cause is chained); later calls raise it again."""
+
+
+def schema() -> Any:
+    """The journal's Arrow schema (``pyarrow.Schema``)."""
+    import pyarrow as pa
+
+    types = {
+        "int64": pa.int64(),
+        "int32": pa.int32(),
+        "string": pa.string(),
+        "binary": pa.binary(),
+    }
+    nullable = {"outcome", "credit_stall_ns"}
+    return pa.schema(
+        [pa.field(name, types[kind], nullable=name in nullable) for name, kind in COLUMNS]
+    )
+
+
+def _quote(part: str) -> str:
+    return quote(part, safe="") if ("/" in part or "%" in part) else part
+
+
+def origin_id(container: str, link: str, tag: bytes) -> str:
+    """The origin of a delivery: ``<publisher container>/<link name>/<original tag, hex>``.
+
+    ``/`` and ``%`` in the container id or link name are percent-encoded, so the string is
+    unambiguous. It is made once, at the router where the publisher is attached, and travels
+    with the message so every router journals the same origin for it.
+    """
+    return f"{_quote(container)}/{_quote(link)}/{tag.hex()}"
+
+
+def sample_threshold(rate: float) -> int:
+    """The crc32 bound below which an origin is kept at sampling ``rate`` (0..1)."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"sample rate must be within 0..1, not {rate}")
+    return int(rate * _SAMPLE_SPACE)
+
+
+def sampled(origin: str, rate: float) -> bool:
+    """True when the delivery with this origin is journalled at sampling ``rate``.
+
+    The decision depends on the origin alone (crc32 of its UTF-8 bytes), so all events of a
+    delivery, on every router with the same rate, are kept or dropped together.
+    """
+    if rate >= 1.0:
+        return True
+    return zlib.crc32(origin.encode()) < sample_threshold(rate)
+
+
+class _Flush:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_CLOSE = object()
+
+
+class JournalWriter:
+    """Append delivery events; write them as atomically published Parquet segments.
+
+    ``append_batch`` takes ownership of the lists it is given (don't change them afterwards)
+    and returns quickly: the Arrow conversion and the Parquet encoding happen on a writer
+    thread (``threaded=False`` does them in the caller, for tests and tools). When the writer
+    falls more than ``queue_batches`` batches behind, ``append_batch`` blocks: the journal
+    never drops events silently, because an audit would then report them lost.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        router_id: str,
+        *,
+        segment_rows: int = 1_000_000,
+        segment_seconds: float = 60,
+        sample: float = 1.0,
+        row_group_rows: int = 65_536,
+        compression: str = "snappy",
+        threaded: bool = True,
+        queue_batches: int = 4096,
+        fsync: bool = False,
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if segment_rows < 1:
+            raise ValueError("segment_rows must be at least 1")
+        if segment_seconds <= 0:
+            raise ValueError("segment_seconds must be positive")
+        if not router_id or "/" in router_id or router_id.startswith((".", "_")):
+            raise ValueError(f"unusable router id for file names: {router_id!r}")
+        self._pa = pa
+        self._pq = pq
+        self._schema = schema()
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.router_id = router_id
+        self.segment_rows = segment_rows
+        self.segment_seconds = float(segment_seconds)
+        self.sample = sample
+        self._threshold = sample_threshold(sample)
+        self.row_group_rows = max(1, row_group_rows)
+        self.compression = compression
+        self.fsync = fsync
+        # Published segment paths, in order (appended to by the writer thread).
+        self.segments: list[Path] = []
+        self.rows_written = 0
+        self.rows_sampled_out = 0
+        self._seq = 0
+        self._pending: dict[str, list[Any]] = {name: [] for name in COLUMN_NAMES}
+        self._pending_rows = 0
+        self._writer: Any = None
+        self._tmp: Path | None = None
+        self._final: Path | None = None
+        self._segment_rows_now = 0
+        # time.monotonic() when the current segment got its first row (pending or written).
+        self._started: float | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._lock = threading.Lock()  # serialises inline work when not threaded
+        self._queue: queue.Queue[Any] | None = None
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._queue = queue.Queue(maxsize=max(1, queue_batches))
+            self._thread = threading.Thread(
+                target=self._run, name=f"journal-{router_id}", daemon=True
+            )
+            self._thread.start()
+
+    # -- producer side ---------------------------------------------------------------------
+
+    def keep(self, origin: str) -> bool:
+        """Whether a delivery with this origin is journalled (to skip building its rows)."""
+        return self._threshold >= _SAMPLE_SPACE or zlib.crc32(origin.encode()) < self._threshold
+
+    def append_batch(self, columns: dict[str, list[Any]]) -> None:
+        """Queue a batch of events given column-wise: name -> list, all of one length.
+
+        Required: time_ns, connection, link, address, tag, origin, event. Optional (filled
+        in when missing): outcome (None), size (0), credit_stall_ns (None). ``router`` is
+        the writer's router id.
+        """
+        self._check()
+        n = _batch_length(columns)
+        if n == 0:
+            return
+        if self._threshold < _SAMPLE_SPACE:
+            threshold = self._threshold
+            keep = [zlib.crc32(o.encode()) < threshold for o in columns["origin"]]
+            kept = sum(keep)
+            self.rows_sampled_out += n - kept
+            if kept == 0:
+                return
+            if kept < n:
+                columns = {
+                    name: [v for v, k in zip(values, keep, strict=True) if k]
+                    for name, values in columns.items()
+                }
+                n = kept
+        if self._queue is not None:
+            self._queue.put((columns, n))
+        else:
+            with self._lock:
+                self._on_batch(columns, n)
+                self._rotate_if_due()
+
+    def tick(self) -> None:
+        """Close a segment whose time is up (only needed with ``threaded=False``)."""
+        self._check()
+        if self._queue is None:
+            with self._lock:
+                self._rotate_if_due()
+
+    def flush(self) -> None:
+        """Return once every event appended so far is in a published segment."""
+        self._check()
+        if self._queue is not None:
+            marker = _Flush()
+            self._queue.put(marker)
+            marker.done.wait()
+        else:
+            with self._lock:
+                self._write_pending()
+                self._publish()
+        self._check()
+
+    def close(self) -> None:
+        """Flush, publish the last segment and stop the writer thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._queue is not None and self._thread is not None:
+            self._queue.put(_CLOSE)
+            self._thread.join()
+        else:
+            with self._lock:
+                try:
+                    self._write_pending()
+                    self._publish()
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    self._error = exc
+        if self._error is not None:
+            raise JournalError(f"journal {self.directory}: {self._error}") from self._error
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise JournalError(f"journal {self.directory}: {self._error}") from self._error
+        if self._closed:
+            raise JournalError(f"journal {self.directory}: writer is closed")
+
+    # -- writer side -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            timeout = None
+            if self._started is not None:
+                timeout = max(0.0, self._started + self.segment_seconds - time.monotonic())
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                item = None
+            try:
+                if item is _CLOSE:
+                    if self._error is None:
+                        self._write_pending()
+                        self._publish()
+                    return
+                if isinstance(item, _Flush):
+                    try:
+                        if self._error is None:
+                            self._write_pending()
+                            self._publish()
+                    finally:
+                        item.done.set()
+                elif item is not None and self._error is None:
+                    self._on_batch(*item)
+                if self._error is None:
+                    self._rotate_if_due()
+            except Exception as exc:  # noqa: BLE001 - kept and raised to the producer
+                self._error = exc
+                self._abandon()
+
+    def _on_batch(self, columns: dict[str, list[Any]], n: int) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
+        pending = self._pending
+        for name in COLUMN_NAMES:
+            if name == "router":
+                continue
+            values = columns.get(name)
+            if values is None:
+                pending[name].extend([OPTIONAL_DEFAULTS[name]] * n)
+            else:
+                pending[name].extend(values)
+        self._pending_rows += n
+        if self._pending_rows >= self.row_group_rows:
+            self._write_pending()
+
+    def _rotate_if_due(self) -> None:
+        started = self._started
+        if started is not None and time.monotonic() >= started + self.segment_seconds:
+            self._write_pending()
+            self._publish()
+
+    def _write_pending(self) -> None:
+        n = self._pending_rows
+        if n == 0:
+            return
+        pa = self._pa
+        arrays = []
+        for field in self._schema:
+            if field.name == "router":
+                arrays.append(pa.array([self.router_id] * n, pa.string()))
+            else:
+                arrays.append(pa.array(self._pending[field.name], field.type))
+        table = pa.Table.from_arrays(arrays, schema=self._schema)
+        self._pending = {name: [] for name in COLUMN_NAMES}
+        self._pending_rows = 0
+        offset = 0
+        while offset < n:
+            if self._writer is None:
+                self._open()
+            room = self.segment_rows - self._segment_rows_now
+            chunk = table.slice(offset, min(room, n - offset))
+            self._writer.write_table(chunk, row_group_size=self.row_group_rows)
+            self._segment_rows_now += chunk.num_rows
+            self.rows_written += chunk.num_rows
+            offset += chunk.num_rows
+            if self._segment_rows_now >= self.segment_rows:
+                self._publish()
+
+    def _open(self) -> None:
+        start_ns = time.time_ns()
+        name = f"{self.router_id}-{start_ns}-{self._seq:06d}.parquet"
+        self._seq += 1
+        self._final = self.directory / name
+        self._tmp = self.directory / f".{name}.tmp"
+        self._writer = self._pq.ParquetWriter(
+            str(self._tmp), self._schema, compression=self.compression
+        )
+        self._segment_rows_now = 0
+        if self._started is None:
+            self._started = time.monotonic()
+
+    def _publish(self) -> None:
+        if self._writer is None:
+            if not self._pending_rows:
+                self._started = None
+            return
+        assert self._tmp is not None and self._final is not None
+        writer, self._writer = self._writer, None
+        writer.close()
+        if self.fsync:
+            fd = os.open(self._tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(self._tmp, self._final)
+        if self.fsync:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.segments.append(self._final)
+        self._tmp = self._final = None
+        self._segment_rows_now = 0
+        self._started = time.monotonic() if self._pending_rows else None
+
+    def _abandon(self) -> None:
+        """After an error: drop the half-written segment (its temp name stays hidden)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - already failing
+                pass
+        if self._tmp is not None:
+            try:
+                self._tmp.unlink()
+            except OSError:
+                pass
+        self._pending = {name: [] for name in COLUMN_NAMES}
+        self._pending_rows = 0
+        self._started = None
+
+
+def _batch_length(columns: Mapping[str, Sequence[Any]]) -> int:
+    missing = [name for name in REQUIRED if name not in columns]
+    if missing:
+        raise ValueError(f"journal batch lacks column(s): {', '.join(missing)}")
+    unknown = [name for name in columns if name not in COLUMN_NAMES or name == "router"]
+    if unknown:
+        raise ValueError(f"journal batch has unknown column(s): {', '.join(unknown)}")
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"journal batch columns differ in length: {sorted(lengths)}")
+    return lengths.pop()
