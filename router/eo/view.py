@@ -1,0 +1,90 @@
+"""Every router's view of the topic's subscribers (the seed's subscriber announcements).
+
+A subscriber is *known* from the first announcement of its attach until it detaches with
+closed=true or stays unattached longer than the terminus timeout. While known, every delivery
+published is owed to it. Each known subscriber has zero or more *claims*: attachments that a
+router has announced and not withdrawn. Normally one; none while its router is down and it has
+not re-attached elsewhere ("limbo"); transiently two during a failover, when the old router's
+withdrawal has not arrived yet — deliveries are then forwarded to both and only the router
+where the link really is delivers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.eo.records import AttId, Sub
+
+
+@dataclass(slots=True)
+class Claim:
+    att: AttId
+    sub: Sub
+    unsettled: dict[bytes, bool]  # the map it attached with: tag -> accepted
+
+
+class SubscriberView:
+    def __init__(self) -> None:
+        self.known: dict[Sub, float | None] = {}  # sub -> in limbo since (None: claimed)
+        self.closed: set[Sub] = set()
+        self.claims: dict[AttId, Claim] = {}
+        self._by_sub: dict[Sub, set[AttId]] = {}
+
+    def subscribers(self) -> list[Sub]:
+        return sorted(self.known)
+
+    def claims_of(self, sub: Sub) -> list[Claim]:
+        return [self.claims[att] for att in sorted(self._by_sub.get(sub, ()))]
+
+    def routers_of(self) -> dict[Sub, set[str]]:
+        return {sub: {att[0] for att in atts} for sub, atts in self._by_sub.items()}
+
+    def learn(self, sub: Sub, now: float) -> bool:
+        """Know `sub` (in limbo until claimed); True if it was new."""
+        if sub in self.known or sub in self.closed:
+            return False
+        self.known[sub] = None if self._by_sub.get(sub) else now
+        return True
+
+    def add_claim(self, claim: Claim, now: float) -> bool:
+        if claim.sub in self.closed or claim.att in self.claims:
+            return False
+        self.learn(claim.sub, now)
+        self.claims[claim.att] = claim
+        self._by_sub.setdefault(claim.sub, set()).add(claim.att)
+        self.known[claim.sub] = None
+        return True
+
+    def remove_claim(self, att: AttId, now: float) -> Claim | None:
+        claim = self.claims.pop(att, None)
+        if claim is None:
+            return None
+        atts = self._by_sub[claim.sub]
+        atts.discard(att)
+        if not atts:
+            del self._by_sub[claim.sub]
+            if claim.sub in self.known:
+                self.known[claim.sub] = now
+        return claim
+
+    def router_claims(self, router: str) -> list[Claim]:
+        return [c for att, c in sorted(self.claims.items()) if att[0] == router]
+
+    def close(self, sub: Sub) -> bool:
+        """`sub` detached with closed=true: it is no longer subscribed, anywhere."""
+        if sub in self.closed:
+            return False
+        self.closed.add(sub)
+        self.known.pop(sub, None)
+        for att in list(self._by_sub.get(sub, ())):
+            self.remove_claim(att, 0.0)
+        return True
+
+    def forget(self, sub: Sub) -> None:
+        """Terminus timeout: drop `sub` (it may come back later as a new subscriber)."""
+        self.known.pop(sub, None)
+
+    def expired(self, now: float, timeout: float) -> list[Sub]:
+        return sorted(
+            sub for sub, since in self.known.items() if since is not None and now - since > timeout
+        )

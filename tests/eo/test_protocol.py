@@ -1,0 +1,275 @@
+"""The state machine on its own: a few routers wired by hand, messages pumped to quiescence."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+
+from router.eo import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    AttId,
+    MemoryRecordStore,
+    Pub,
+    SubState,
+    TerminusRecordStore,
+    TopicRouter,
+    outgoing_tag,
+)
+from router.eo.messages import make
+
+P: Pub = ("pc", "pl")
+S1 = ("s1", "l")
+S2 = ("s2", "l")
+
+
+class Port:
+    def __init__(self, net: Net, name: str) -> None:
+        self.net = net
+        self.name = name
+
+    def to_router(self, router_id: str, message: dict[str, Any]) -> None:
+        self.net.wire.append((self.name, router_id, message))
+
+    def deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
+        self.net.out.append(("deliver", att, out_tag, body, resume))
+
+    def settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
+        self.net.out.append(("settle", att, out_tag))
+
+    def accept_publisher(self, pub: Pub, tag: bytes) -> None:
+        self.net.out.append(("accept", pub, tag))
+
+    def resend(self, pub: Pub, tags: list[bytes]) -> None:
+        self.net.out.append(("resend", pub, tags))
+
+    def log(self, level: str, msg: str) -> None:
+        self.net.logs.append((level, msg))
+
+
+class Net:
+    def __init__(self, names: str = "AB", mode: str = EXACTLY_ONCE, **kw: Any) -> None:
+        self.wire: deque[tuple[str, str, dict[str, Any]]] = deque()
+        self.out: list[tuple[Any, ...]] = []
+        self.logs: list[tuple[str, str]] = []
+        self.stores = {n: MemoryRecordStore() for n in names}
+        self.mode = mode
+        self.kw = kw
+        self.r: dict[str, TopicRouter] = {}
+        for n in names:
+            self.start(n, 1)
+        for a in names:
+            for b in names:
+                if a < b:
+                    self.up(a, b)
+
+    def start(self, name: str, instance: int) -> TopicRouter:
+        self.r[name] = TopicRouter(
+            name,
+            Port(self, name),
+            self.stores.setdefault(name, MemoryRecordStore()),
+            instance=instance,
+            mode=self.mode,
+            **self.kw,
+        )
+        return self.r[name]
+
+    def up(self, a: str, b: str) -> None:
+        self.r[a].router_up(b, 0.0)
+        self.r[b].router_up(a, 0.0)
+        self.pump()
+
+    def pump(self, now: float = 0.0) -> None:
+        while self.wire:
+            src, dst, msg = self.wire.popleft()
+            self.r[dst].receive(src, msg, now)
+
+    def take(self, kind: str) -> list[tuple[Any, ...]]:
+        got = [o for o in self.out if o[0] == kind]
+        self.out = [o for o in self.out if o[0] != kind]
+        return got
+
+
+def test_outgoing_tag() -> None:
+    t = outgoing_tag("c", "l", b"1")
+    assert len(t) == 32 and t == outgoing_tag("c", "l", b"1")
+    assert len({outgoing_tag("ab", "c", b""), outgoing_tag("a", "bc", b""), t}) == 3
+    assert outgoing_tag("c", "l", b"1", key=b"other") != t
+
+
+def test_accept_only_when_every_router_accepted() -> None:
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    b2 = net.r["B"].subscriber_attached(S2, [], 0.0)
+    net.pump()
+    net.r["A"].publisher_attached(P, [], 0.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.pump()
+    t = outgoing_tag(*P, b"t1")
+    assert sorted(d[1] for d in net.take("deliver")) == [a1, b2]
+    net.r["A"].subscriber_accepted(a1, t, 0.0)
+    net.pump()
+    assert net.take("accept") == []  # B's subscriber has not accepted yet
+    rec = net.r["A"].origin_records()[t]
+    assert rec.interested_routers(net.r["A"].view.routers_of()) == {
+        "A": SubState.ACCEPTED,
+        "B": SubState.PENDING,
+    }
+    net.r["B"].subscriber_accepted(b2, t, 0.0)
+    net.pump()
+    assert net.take("accept") == [("accept", P, b"t1")]
+    net.r["A"].publisher_settled(P, b"t1", 0.0)
+    net.pump()
+    assert sorted(s[1] for s in net.take("settle")) == [a1, b2]
+    net.r["A"].subscriber_settled(a1, t, 0.0)
+    net.r["B"].subscriber_settled(b2, t, 0.0)
+    net.pump()
+    assert net.r["A"].origin_records() == {}
+    for n in "AB":  # tombstones go after one PING/PONG round
+        net.r[n].tick(1.0)
+    net.pump()
+    for n in "AB":
+        net.r[n].tick(2.0)
+    assert net.r["A"].local_records() == {} and net.r["B"].local_records() == {}
+
+
+def test_placeholder_holds_the_order_until_filled() -> None:
+    net = Net("AB")
+    net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.r["B"].publisher_transfer(P, b"t2", b"m2", 0.0)
+    t1, t2 = outgoing_tag(*P, b"t1"), outgoing_tag(*P, b"t2")
+    # The subscriber resumes at C before anything reached A; it already received t1.
+    net.wire.clear()
+    net.out.clear()
+    net.r["C"] = net.start("C", 1)
+    net.r["C"].router_up("B", 0.0)
+    c = net.r["C"].subscriber_attached(S1, [(t1, False)], 0.0)
+    assert net.take("deliver") == []  # t1 is a placeholder: nothing may overtake it
+    net.r["B"].router_up("C", 0.0)
+    net.pump()
+    got = [(d[2], d[4]) for d in net.take("deliver") if d[1] == c]
+    assert got == [(t1, True), (t2, False)]  # t1 resumed first, then t2
+
+
+def test_unknown_deliveries_are_resent_by_the_publisher() -> None:
+    net = Net("AB")
+    net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [(b"t1", False), (b"t0", True)], 0.0)
+    assert net.take("resend") == [("resend", P, [b"t1"])]
+
+
+def test_publisher_closed_abandons_its_deliveries() -> None:
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.pump()
+    net.take("deliver")
+    net.r["B"].publisher_detached(P, True, 0.0)
+    net.pump()
+    assert net.take("settle") == [("settle", a1, outgoing_tag(*P, b"t1"))]
+
+
+def test_orphaned_records_abandoned_after_the_terminus_timeout() -> None:
+    net = Net("AB", terminus_timeout=10.0)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.pump()
+    net.r["B"].publisher_detached(P, False, 1.0)
+    net.r["B"].tick(5.0)
+    net.pump()
+    assert net.take("settle") == []  # still waiting for the publisher to come back
+    net.r["B"].tick(12.0)
+    net.pump()
+    assert [s[1] for s in net.take("settle")] == [a1]
+
+
+def test_subscriber_in_limbo_is_discarded_after_the_timeout() -> None:
+    net = Net("AB", terminus_timeout=10.0)
+    net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].router_down("A", 1.0)  # A died with S1 on it
+    net.r["B"].publisher_attached(P, [], 1.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 1.0)
+    assert net.take("accept") == []  # owed to S1, wherever it comes back
+    net.r["B"].tick(5.0)
+    assert net.take("accept") == []
+    net.r["B"].tick(12.0)
+    assert net.take("accept") == [("accept", P, b"t1")]
+    assert S1 not in net.r["B"].view.known
+
+
+def test_restart_recovers_origin_records_and_subscribers() -> None:
+    net = Net("AB")
+    net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.wire.clear()  # lost with the crash
+    b = net.start("B", 2)
+    t = outgoing_tag(*P, b"t1")
+    assert list(b.origin_records()) == [t] and b.origin_records()[t].body == b"m1"
+    assert S1 in b.view.known
+
+
+def test_at_least_once_keeps_no_durable_records() -> None:
+    net = Net("AB", mode=AT_LEAST_ONCE)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.pump()
+    net.r["A"].subscriber_accepted(a1, outgoing_tag(*P, b"t1"), 0.0)
+    net.pump()
+    assert net.take("accept") == [("accept", P, b"t1")]
+    net.r["B"].publisher_settled(P, b"t1", 0.0)
+    assert net.r["B"].origin_records() == {} and net.r["A"].local_records() == {}
+    assert not any(k.startswith((b"o/", b"m/")) for k in net.stores["B"].data)
+
+
+def test_bad_messages_are_dropped_with_a_warning() -> None:
+    net = Net("AB")
+    net.r["A"].receive("B", {"op": "FWD", "v": 1, "topic": ""}, 0.0)
+    net.r["A"].receive("B", make("PING", "", e=1) | {"v": 9}, 0.0)
+    net.r["A"].receive("Z", make("PING", "", e=1), 0.0)  # channel not up
+    assert [lvl for lvl, _ in net.logs] == ["warning", "warning", "debug"]
+
+
+def test_unknown_unsafe_variant_refused() -> None:
+    with pytest.raises(ValueError):
+        TopicRouter("A", Port(Net("A"), "A"), instance=1, unsafe=["nope"])
+
+
+def test_terminus_store_adapter() -> None:
+    from stores import open_store
+
+    with open_store("memory", None) as store:
+        rs = TerminusRecordStore(store, "events")
+        rs.commit({b"o/x": b"1", b"k/y": b"2"}, [])
+        rs.commit({}, [b"k/y"])
+        assert list(rs.scan(b"o/")) == [(b"o/x", b"1")]
+        assert list(rs.scan(b"k/")) == []
+
+
+def test_a_client_that_cannot_resume_sees_settlement_at_once() -> None:
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0, resumable=False)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.pump()
+    net.r["A"].subscriber_accepted(a1, outgoing_tag(*P, b"t1"), 0.0)
+    net.pump()
+    net.r["B"].publisher_settled(P, b"t1", 0.0)
+    net.pump()
+    assert [s[1] for s in net.take("settle")] == [a1]
+    assert net.r["B"].origin_records() == {}  # no settle from the client needed
