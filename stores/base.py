@@ -239,6 +239,13 @@ class TerminusStore(abc.ABC):
     def _flushed(self) -> None:
         self._last_flush = time.monotonic()
 
+    def commit_writes(self, writes: dict[bytes, bytes | None]) -> None:
+        """One transaction of puts (bytes) and deletes (None) whose keys the caller made
+        itself (the router's group commit): no per-key checks, no Batch object. A dict holds
+        each key once, so a put and a later delete in one commit collapse to the delete."""
+        if writes:
+            self._run_commit([], writes)
+
     def _run_commit(self, prefixes: list[bytes], writes: dict[bytes, bytes | None]) -> None:
         self._check_usable()
         t0 = time.perf_counter()
