@@ -66,10 +66,10 @@ class StorePersistence:
             t.records = dict(rec.unsettled)
             yield t
 
-    def commit(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """The data plane's group commit: one loop iteration's records, one transaction (a
-        key written twice keeps its last value: dict() of the pairs, built in C)."""
-        self.store.commit_writes(dict(records))
+    def commit(self, records: dict[bytes, bytes | None]) -> None:
+        """The data plane's group commit: one loop iteration's records (key -> value, or None
+        to delete), one transaction."""
+        self.store.commit_writes(records)
         self._committed()
 
     def mark_alive(self, now: float | None = None) -> None:

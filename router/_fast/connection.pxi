@@ -345,10 +345,14 @@ cdef class Connection:
                     if out.tag is None:
                         out.tag = durable_tag(link)
                     if not out.resume:
-                        j_put(self.router, link.durable_key, out.tag, None,
-                              inb.durable_key + inb.tag if inb is not None and
-                              inb.durable_key is not None else None,
-                              PyBytes_FromStringAndSize(<char*>data, n))
+                        # a copy of a durable delivery names it (its record holds the bytes);
+                        # a copy of any other keeps the bytes itself
+                        if inb is not None and inb.durable_key is not None:
+                            j_put(self.router, link.durable_key, out.tag, None,
+                                  inb.durable_key + inb.tag, None, True)
+                        else:
+                            j_put(self.router, link.durable_key, out.tag, None, None,
+                                  PyBytes_FromStringAndSize(<char*>data, n), True)
         # room for the payload in one frame: header 8, performative at most 48
         room = <Py_ssize_t>self.remote_max_frame_size - 56
         while True:
@@ -972,7 +976,7 @@ cdef class Connection:
             # before it writes)
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
-            j_put(self.router, link.durable_key, d.tag, None, None, d.payload)
+            j_put(self.router, link.durable_key, d.tag, None, None, d.payload, True)
         if link.endpoint:
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)

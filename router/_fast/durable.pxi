@@ -24,39 +24,74 @@ cdef enum:
 
 
 cdef bytes record_key(bytes dkey, bytes tag):
-    return b"u/" + dkey + b"/" + tag
+    # one allocation: b"u/" digest b"/" tag
+    cdef Py_ssize_t nd = PyBytes_GET_SIZE(dkey), nt = PyBytes_GET_SIZE(tag)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 3 + nd + nt)
+    cdef char* p = PyBytes_AS_STRING(out)
+    p[0] = 0x75
+    p[1] = 0x2f
+    memcpy(p + 2, PyBytes_AS_STRING(dkey), nd)
+    p[2 + nd] = 0x2f
+    memcpy(p + 3 + nd, PyBytes_AS_STRING(tag), nt)
+    return out
 
 
 cdef bytes record_value(bytes state, bytes origin, bytes message):
+    # one allocation: b"U", version, flags, state length (4, big-endian), state,
+    # [origin length (1), origin], message - as stores/termini.py reads it
     cdef int flags = 0
-    cdef bytes head
+    cdef Py_ssize_t ns = 0, no = 0, nm = 0, pos
     if state is not None:
         flags |= REC_HAS_STATE
-    if message is not None:
-        flags |= REC_HAS_MESSAGE
+        ns = PyBytes_GET_SIZE(state)
     if origin is not None:
         flags |= REC_HAS_ORIGIN
-    st = state if state is not None else b""
-    # b"U", version, flags (1), state length (4, big-endian) - as stores/termini.py reads it
-    head = bytes((0x55, REC_VERSION, flags, (len(st) >> 24) & 0xff, (len(st) >> 16) & 0xff,
-                  (len(st) >> 8) & 0xff, len(st) & 0xff))
-    out = head + st
-    if origin is not None:
-        out += bytes((len(origin),)) + origin
+        no = PyBytes_GET_SIZE(origin)
     if message is not None:
-        out += message
+        flags |= REC_HAS_MESSAGE
+        nm = PyBytes_GET_SIZE(message)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 7 + ns + (1 + no if origin is not None
+                                                               else 0) + nm)
+    cdef char* p = PyBytes_AS_STRING(out)
+    p[0] = 0x55
+    p[1] = REC_VERSION
+    p[2] = flags
+    p[3] = (ns >> 24) & 0xff
+    p[4] = (ns >> 16) & 0xff
+    p[5] = (ns >> 8) & 0xff
+    p[6] = ns & 0xff
+    pos = 7
+    if ns:
+        memcpy(p + pos, PyBytes_AS_STRING(state), ns)
+        pos += ns
+    if origin is not None:
+        p[pos] = <char>no
+        memcpy(p + pos + 1, PyBytes_AS_STRING(origin), no)
+        pos += 1 + no
+    if nm:
+        memcpy(p + pos, PyBytes_AS_STRING(message), nm)
     return out
 
 
 cdef inline int j_put(Router r, bytes dkey, bytes tag, bytes state, bytes origin,
-                      bytes message) except -1:
-    r.journal.append((record_key(dkey, tag), record_value(state, origin, message)))
+                      bytes message, bint new=False) except -1:
+    # `new`: the record did not exist before (a delivery just arrived or was just sent)
+    cdef bytes key = record_key(dkey, tag)
+    r.journal[key] = record_value(state, origin, message)
+    if new:
+        r.journal_new.add(key)
     r.schedule_flush()
     return 0
 
 
 cdef inline int j_del(Router r, bytes dkey, bytes tag) except -1:
-    r.journal.append((record_key(dkey, tag), None))
+    cdef bytes key = record_key(dkey, tag)
+    if key in r.journal_new:
+        # made and settled within one loop iteration: the store never needs to see it
+        r.journal_new.discard(key)
+        del r.journal[key]
+        return 0
+    r.journal[key] = None
     r.schedule_flush()
     return 0
 
@@ -117,6 +152,8 @@ def restore_copy(Delivery inbound, bytes tag not None, bytes payload):
     cdef Delivery out = Delivery.new(None, 0, tag)
     out.payload = payload
     out.sent = True
+    if inbound is not None and payload is None:
+        out.payload = inbound.payload      # the copy's record named its origin's bytes
     if inbound is not None:
         out.inbound = inbound
         out.presettled = inbound.presettled

@@ -27,7 +27,8 @@ cdef class Router:
     cdef readonly int64_t n_anonymous_rejected
     # durability 2: store changes of this loop iteration, committed by `committer` before
     # any output is written (durable.pxi)
-    cdef public list journal
+    cdef public dict journal          # store key -> value, or None to delete
+    cdef set journal_new              # keys of this batch that the store does not have yet
     cdef public object committer
 
     def __init__(self, str container_id not None, *, int64_t link_capacity=250,
@@ -41,7 +42,8 @@ cdef class Router:
         self.resolver = resolver
         self.open_properties = open_properties
         self.schedule = schedule
-        self.journal = []
+        self.journal = {}
+        self.journal_new = set()
         global durable_router
         durable_router = self
 
@@ -74,7 +76,8 @@ cdef class Router:
             # group commit (DESIGN.md section 5): everything this iteration changed is in the
             # store before any frame that depends on it leaves
             records = self.journal
-            self.journal = []
+            self.journal = {}
+            self.journal_new = set()
             if self.committer is not None:
                 self.committer(records)
         while self.dirty:

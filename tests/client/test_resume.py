@@ -13,7 +13,6 @@ These need the router's side of resumption (link registry + durable termini stor
 from __future__ import annotations
 
 import asyncio
-import importlib
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -22,34 +21,21 @@ from typing import Any
 
 import pytest
 
+import stores
 from router.client import Client, Message, Outcome, Received
 from tests.client.conftest import run
 from tests.harness import free_port
 
-
-def _importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-    except Exception:  # noqa: BLE001 - a missing driver or an unfinished module
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(
-    not _importable("stores.lmdb_store"),
-    reason="resumption across restarts needs a durable store: stores.lmdb_store is not importable",
-)
-
 STORES = [
-    pytest.param("lmdb", id="lmdb"),
     pytest.param(
-        "leveldb",
-        id="leveldb",
+        name,
+        id=name,
         marks=pytest.mark.skipif(
-            not _importable("stores.leveldb_store"),
-            reason="stores.leveldb_store is not importable",
+            not stores.available(name),
+            reason=f"the {name} store's driver is not installed: pip install {stores.DRIVERS[name]}",
         ),
-    ),
+    )
+    for name in ("lmdb", "leveldb")
 ]
 
 N = 300  # messages per test
