@@ -128,10 +128,14 @@ class LinkRegistry:
         alive), with its expiry policy triggered by the connection loss."""
         count = 0
         now = self.clock()
+        died = crashed_at if crashed_at is not None else now
         for t in self.persistence.load():
-            if t.suspended_at is None:
-                t.suspended_at = crashed_at if crashed_at is not None else now
-                t.expires = t.expiry_policy != "never"
+            # every connection is gone after a restart, so every policy but "never" has
+            # triggered: at suspension for link-detach, by the crash at the latest for the
+            # broader ones (whose trigger may have come only with the crash)
+            if t.suspended_at is None or t.expiry_policy != "link-detach":
+                t.suspended_at = max(t.suspended_at or died, died)
+            t.expires = t.expiry_policy != "never"
             t.link = None
             self.termini[t.key] = t
             count += 1
