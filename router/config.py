@@ -94,6 +94,8 @@ class RouterConfig:
     store: str = "memory"
     store_path: str | None = None
     store_sync: str = "batched"  # "always": fsync every group commit; "batched": ~1 s
+    hello_interval: float = 1.0  # mesh: seconds between HELLOs to each neighbour
+    hello_max_age: float = 3.0  # mesh: a neighbour silent this long is lost
     log_level: str = "info"
     log_format: str = "text"
     log_modules: dict[str, str] = field(default_factory=dict)
@@ -205,6 +207,8 @@ _TOP_KEYS = (
     "store_sync",
     "max_message_size",
     "link_capacity",
+    "hello_interval",
+    "hello_max_age",
     "metrics",
     "log",
     "listener",
@@ -306,6 +310,15 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
     if "link_capacity" in doc:
         cfg.link_capacity = _want_int("link_capacity", doc["link_capacity"], 1, _UINT32_MAX)
+    if "hello_interval" in doc:
+        cfg.hello_interval = _want_number("hello_interval", doc["hello_interval"], 0.05)
+    if "hello_max_age" in doc:
+        cfg.hello_max_age = _want_number("hello_max_age", doc["hello_max_age"], 0.1)
+        if cfg.hello_max_age <= cfg.hello_interval:
+            raise ConfigError(
+                f"must be longer than hello_interval ({cfg.hello_interval} s)",
+                key="hello_max_age",
+            )
     if "metrics" in doc:
         cfg.metrics = parse_metrics(_want_str("metrics", doc["metrics"]), "metrics")
     if "log" in doc:

@@ -84,7 +84,12 @@ class Mesh:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.router_id = core.config.id
-        self.engine = RoutingEngine(self.router_id, self)
+        self.engine = RoutingEngine(
+            self.router_id,
+            self,
+            hello_interval=core.config.hello_interval,
+            hello_max_age=core.config.hello_max_age,
+        )
         self.peers: dict[int, Peer] = {}  # link id (conn_id) -> peer
         self.next_hop: dict[str, int] = {}
         self.cost: dict[str, int] = {}

@@ -72,3 +72,14 @@ def test_cli_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = seen["cfg"]
     assert [lc.port for lc in cfg.listeners if lc.role == "inter-router"] == [7000]  # type: ignore[attr-defined]
     assert cfg.connectors == []  # type: ignore[attr-defined]
+
+
+def test_hello_timers_are_configurable(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text("hello_interval = 0.5\nhello_max_age = 2\n")
+    cfg = load_config(str(path))
+    assert (cfg.hello_interval, cfg.hello_max_age) == (0.5, 2.0)
+    path.write_text("hello_interval = 2\nhello_max_age = 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value).startswith(f"{path}: hello_max_age: must be longer than hello_interval")
