@@ -48,6 +48,13 @@ def main() -> None:
 @click.option("--id", "router_id", metavar="ID", help="Router id (default qrouter-<hostname>).")
 @click.option("--store", type=click.Choice(STORES), help="Terminus store (default memory).")
 @click.option("--store-path", metavar="DIR", help="Directory of an lmdb or leveldb store.")
+@click.option("--journal", metavar="DIR", help="Write the delivery journal (Parquet) to DIR.")
+@click.option(
+    "--journal-sample",
+    metavar="RATE",
+    type=float,
+    help="Journal this share of deliveries (0..1, default 1), chosen by origin.",
+)
 @click.option(
     "--store-sync",
     type=click.Choice(["batched", "always"]),
@@ -72,6 +79,8 @@ def start(
     router_id: str | None,
     store: str | None,
     store_path: str | None,
+    journal: str | None,
+    journal_sample: float | None,
     store_sync: str | None,
     log_level: str | None,
     log_format: str | None,
@@ -90,6 +99,8 @@ def start(
             store=store,
             store_path=store_path,
             store_sync=store_sync,
+            journal=journal,
+            journal_sample=journal_sample,
             log_level=log_level,
             log_format=log_format,
             users_file=users_file,

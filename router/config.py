@@ -94,6 +94,8 @@ class RouterConfig:
     store: str = "memory"
     store_path: str | None = None
     store_sync: str = "batched"  # "always": fsync every group commit; "batched": ~1 s
+    journal: str | None = None  # directory of the delivery journal (docs/journal.md); off
+    journal_sample: float = 1.0  # share of deliveries journalled (by origin: same everywhere)
     hello_interval: float = 1.0  # mesh: seconds between HELLOs to each neighbour
     hello_max_age: float = 3.0  # mesh: a neighbour silent this long is lost
     log_level: str = "info"
@@ -209,6 +211,8 @@ _TOP_KEYS = (
     "link_capacity",
     "hello_interval",
     "hello_max_age",
+    "journal",
+    "journal_sample",
     "metrics",
     "log",
     "listener",
@@ -310,6 +314,12 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
     if "link_capacity" in doc:
         cfg.link_capacity = _want_int("link_capacity", doc["link_capacity"], 1, _UINT32_MAX)
+    if "journal" in doc:
+        cfg.journal = _path("journal", doc["journal"], base)
+    if "journal_sample" in doc:
+        cfg.journal_sample = _want_number("journal_sample", doc["journal_sample"], 0.0)
+        if cfg.journal_sample > 1:
+            raise ConfigError("must be within 0 and 1", key="journal_sample")
     if "hello_interval" in doc:
         cfg.hello_interval = _want_number("hello_interval", doc["hello_interval"], 0.05)
     if "hello_max_age" in doc:
@@ -548,12 +558,21 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "store": lambda key, value: _want_choice(key, value, STORES),
     "store_path": lambda key, value: _path(key, value, None),
     "store_sync": lambda key, value: _want_choice(key, value, STORE_SYNC),
+    "journal": lambda key, value: _path(key, value, None),
+    "journal_sample": lambda key, value: _want_sample(key, value),
     "users_file": lambda key, value: _path(key, value, None),
     "log_level": lambda key, value: _want_choice(key, str(value).lower(), LOG_LEVELS),
     "log_format": lambda key, value: _want_choice(key, value, LOG_FORMATS),
     "default_distribution": lambda key, value: _want_choice(key, value, DISTRIBUTIONS),
     "metrics": lambda key, value: parse_metrics(_want_str(key, value), key),
 }
+
+
+def _want_sample(key: str, value: Any) -> float:
+    rate = _want_number(key, float(value) if isinstance(value, str) else value, 0.0)
+    if rate > 1:
+        raise ConfigError("must be within 0 and 1", key=key)
+    return rate
 
 
 def _option(name: str) -> str:

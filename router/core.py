@@ -23,6 +23,7 @@ from router._fast.engine import (
 from router.addresses import AddressTable
 from router.auth import UserDB, parse_plain
 from router.config import ConnectorConfig, ListenerConfig, RouterConfig
+from router.journal import origin_id
 from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
 from router.management import ManagementNode
@@ -286,6 +287,7 @@ class ConnectionHandler:
             raise AttachError("amqp:not-found", f"address '{address}' is unavailable")
         source = fields.get("source")
         max_size = self.core.config.max_message_size
+        link.origin_prefix = origin_id(link.conn.remote_container_id, link.name, b"")
         link.attach(
             {
                 "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),

@@ -115,6 +115,9 @@ class Server:
 
             self.core.mesh = Mesh(self.core)
         self.stopping = asyncio.Event()
+        self.journal: Any = None
+        if config.journal:
+            self.journal = open_journal(config, self.core)
         if self.persistence is not None:
             crashed_at = self.persistence.last_alive()
             n = self.core.registry.recover(crashed_at)
@@ -186,6 +189,8 @@ class Server:
             self.core.monitor.check()
             if self.persistence is not None:
                 self.persistence.mark_alive()
+            if self.journal is not None:
+                self.journal.tick()  # segments rotate by age too
             await asyncio.sleep(1.0)
 
     async def _connect(self, cc: ConnectorConfig) -> asyncio.Future[None]:
@@ -208,9 +213,32 @@ class Server:
         self.core.engine.flush()
         # let the transports write the CLOSE frames before the loop ends
         await asyncio.sleep(0.05)
+        if self.journal is not None:
+            self.core.engine.flush()
+            self.journal.close()
         if self.persistence is not None:
             self.persistence.mark_alive()
             self.persistence.close()
+
+
+def open_journal(config: RouterConfig, core: Core) -> Any:
+    """The delivery journal: the engine gathers event tuples on the data path and hands them
+    over once per loop iteration; the writer turns them into columns and Parquet segments in
+    its own thread (docs/journal.md)."""
+    from router._fast.engine import JOURNAL_COLUMNS
+    from router.journal import JournalWriter
+
+    assert config.journal is not None
+    writer = JournalWriter(config.journal, config.id, sample=config.journal_sample)
+
+    def sink(rows: list[tuple[Any, ...]]) -> None:
+        columns = dict(zip(JOURNAL_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+        writer.append_batch(columns)
+
+    core.engine.jrows = []
+    core.engine.journal_sink = sink
+    log.info("journal: %s (sample %.3g)", config.journal, config.journal_sample)
+    return writer
 
 
 def open_persistence(config: RouterConfig) -> Any:

@@ -297,6 +297,10 @@ cdef int copy_outcome(Delivery out, int code, bytes raw, bint settled) except -1
     out.outcome_sent = True
     out.remote_state = code
     out.remote_state_raw = raw
+    if journaling(out.link):
+        jr(out.link, out.tag, inb.origin, "outcome", OUTCOME_NAMES.get(code), 0)
+        if code == D_RELEASED or code == D_MODIFIED:
+            jr(out.link, out.tag, inb.origin, "released-back", None, 0)
     if inb.copies is None:
         return apply_outcome(inb, code, raw)
     if outcome_rank(code) > outcome_rank(inb.best):
@@ -344,6 +348,10 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
         link.n_rejected += 1
     elif code == D_MODIFIED:
         link.n_modified += 1
+    if journaling(link):
+        jr(link, inb.tag, inb.origin, "outcome", OUTCOME_NAMES.get(code), 0)
+        if link.rcv_settle_mode == RCV_FIRST:
+            jr(link, inb.tag, inb.origin, "settled", None, 0)
     if link.rcv_settle_mode == RCV_FIRST:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, True, raw)
         link.session.unsettled_in.pop(inb.delivery_id, None)

@@ -381,6 +381,11 @@ cdef class Connection:
                     tag[3] = link.next_tag & 0xff
                     link.next_tag += 1
                     self.out.w_binary(tag, 4)
+                    if self.router.jrows is not None:
+                        out.tag = PyBytes_FromStringAndSize(<char*>tag, 4)
+                if self.router.jrows is not None:
+                    jr(link, out.tag, inb.origin if inb is not None else None, "forwarded",
+                       None, n)
                 self.out.w_uint(out.message_format)
             else:
                 self.out.w_null()
@@ -965,6 +970,11 @@ cdef class Connection:
         elif self.max_message_size and <uint64_t>plen > self.max_message_size:
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
+        if self.router.jrows is not None:
+            d.origin = inbound_origin(link, d)
+            jr(link, d.tag, d.origin, "received", None, plen)
+            if d.presettled:
+                jr(link, d.tag, d.origin, "settled", None, plen)
         if link.durable_key is not None and link.resumable and not link.endpoint:
             # durability 2: a delivery the router already holds re-binds (2.6.13), also when
             # the producer resends it settled (its outcome was known to both)
@@ -1162,6 +1172,9 @@ cdef class Connection:
                 table.pop(d.delivery_id, None)
                 if d.link is not None:
                     d.link.unsettled_count -= 1
+                    if journaling(d.link):
+                        jr(d.link, d.tag, d.inbound.origin if d.inbound is not None else None,
+                           "settled", None, 0)
                     if d.link.durable_key is not None and d.tag is not None:
                         j_del(self.router, d.link.durable_key, d.tag)
         elif settled and not d.settled:
@@ -1173,6 +1186,8 @@ cdef class Connection:
                 d.link.unsettled_count -= 1
             d.outcome_sent = True
             d.remote_settled = True
+            if journaling(d.link):
+                jr(d.link, d.tag, d.origin, "settled", None, 0)
             settle_copies(d)
             if d.durable_key is not None:
                 j_del(self.router, d.durable_key, d.tag)

@@ -49,6 +49,7 @@ cdef class Delivery:
     cdef int outcome_code         # inbound: the outcome told (or to tell) the producer
     cdef bytes outcome_raw
     cdef bint own_payload         # outbound resent: its payload is its own (maybe empty)
+    cdef str origin               # journal: publisher container/link/tag (journal.pxi)
     cdef bint transit             # mesh: inbound on an inter-router link (not from a client)
 
     @staticmethod

@@ -110,6 +110,7 @@ cdef class Link:
     # durability 2 (durable.pxi): the terminus digest that keys its records in the store, the
     # deliveries held for resumption, and the nonce of this attachment's delivery tags
     cdef public bytes durable_key
+    cdef public str origin_prefix            # journal: "<container>/<link>/" of a producer
     cdef dict resumable
     cdef uint32_t tag_nonce
     # --- mesh (issue 4, docs/mesh.md "Data plane"): set by router/inter_router.py ---

@@ -30,6 +30,9 @@ cdef class Router:
     cdef public dict journal          # store key -> value, or None to delete
     cdef set journal_new              # keys of this batch that the store does not have yet
     cdef public object committer
+    # the delivery journal (journal.pxi): event tuples of this loop iteration, None when off
+    cdef public list jrows
+    cdef public object journal_sink
 
     def __init__(self, str container_id not None, *, int64_t link_capacity=250,
                  resolver=None, dict open_properties=None, schedule=None):
@@ -80,6 +83,11 @@ cdef class Router:
             self.journal_new = set()
             if self.committer is not None:
                 self.committer(records)
+        if self.jrows:
+            rows = self.jrows
+            self.jrows = []
+            if self.journal_sink is not None:
+                self.journal_sink(rows)
         while self.dirty:
             dirty = self.dirty
             self.dirty = []

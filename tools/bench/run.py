@@ -517,6 +517,24 @@ def one_hop(presettled: bool) -> Callable[[Bench], Row]:
     return scenario
 
 
+def journal_on() -> Callable[[Bench], Row]:
+    """One hop, unsettled, with the delivery journal on at full rate (issue 7: it may cost at
+    most 15% of the journal-off one-hop rate, measured in the same invocation)."""
+
+    def scenario(b: Bench) -> Row:
+        off = b.through_router("one-hop unsettled, journal off")
+        row = b.through_router(
+            "one-hop unsettled, journal on",
+            router_args=("--journal", str(b.cfg.logs / "journal")),
+        )
+        if row.msgs_per_s and off.msgs_per_s:
+            cost = 1 - row.msgs_per_s / off.msgs_per_s
+            row.note = row.note or f"{cost:+.0%} vs journal off ({off.msgs_per_s:,.0f}); ≤ 15%"
+        return row
+
+    return scenario
+
+
 def durable_links(store: str) -> Callable[[Bench], Row]:
     """One hop, unsettled, both links asking for terminus durability 2 (issue 3): the router
     records every delivery in the store (group commit per loop iteration, batched sync). The
@@ -615,6 +633,7 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "two-hop-unsettled": two_hop(False),
     "two-hop-presettled": two_hop(True),
     "multicast": multicast,
+    "journal": journal_on(),
     "memory-durable": durable_links("memory"),
     "lmdb-durable": durable_links("lmdb"),
     "leveldb-durable": durable_links("leveldb"),
