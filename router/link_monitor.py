@@ -27,7 +27,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from router.log import tag
@@ -42,11 +42,12 @@ _LINK_ATTACHED = 1  # router/_fast/constants.pxd
 _WRAP = 1 << 32  # 2.6.7 delivery-count is a uint (sequence number arithmetic)
 
 
-@dataclass
+@dataclass(slots=True)  # one per attached link: kept small (an idle link costs < 2 KiB)
 class _Watch:
     zero_since: float = 0.0  # first seen with zero credit, for links the engine never stamped
     stall_warned: float = 0.0  # the no_credit_since value we warned about
-    history: deque[tuple[float, int]] = field(default_factory=deque)  # (time, carried)
+    # (time, carried) samples, made only while the link has unsettled deliveries
+    history: deque[tuple[float, int]] | None = None
     raw_count: int | None = None  # last delivery_count seen (incoming links)
     carried: int = 0  # deliveries carried, unwrapped
     stuck_warned: bool = False
@@ -173,6 +174,11 @@ class LinkMonitor:
             if w.raw_count is not None:
                 w.carried += (raw - w.raw_count) % _WRAP
             w.raw_count = raw
+        if not link.unsettled_count:
+            w.history = None  # nothing unsettled: nothing can be stuck
+            return 0
+        if w.history is None:
+            w.history = deque()
         w.history.append((now, w.carried))
         # keep the newest sample that is at least `threshold` old, and everything after it
         while len(w.history) >= 2 and w.history[1][0] <= now - self.threshold:

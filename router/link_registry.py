@@ -30,7 +30,7 @@ EXPIRY_POLICIES = ("link-detach", "session-end", "connection-close", "never")
 DEFAULT_EXPIRY = "session-end"  # 3.5.3 / 3.5.4: the default of source and target
 
 
-@dataclass
+@dataclass(slots=True)  # one per attached link: kept small
 class Terminus:
     """The router's terminus of one link: its source (router sends) or target (router
     receives), and the state the registry keeps for it."""
@@ -119,6 +119,10 @@ class LinkRegistry:
         self.on_discard = on_discard
         self.termini: dict[Key, Terminus] = {}
         self.by_link: dict[Any, Terminus] = {}
+        # volatile links (not registered as termini): (key, connection) -> link, and back
+        self.volatile: dict[tuple[Key, int], Any] = {}
+        self.volatile_key: dict[Any, tuple[Key, int]] = {}
+        self.volatile_termini: dict[Any, Terminus] = {}
 
     # -- restart ---------------------------------------------------------------------------
 
@@ -167,6 +171,31 @@ class LinkRegistry:
         to recover the stored one. Returns the terminus to attach with; link stealing (the
         older attachment detached with amqp:link:stolen) happens here."""
         old = self.termini.get(key)
+        if old is None and peer_terminus is not None and _volatile(peer_terminus):
+            # a terminus not meant to outlive its link (durable 0, expiry other than never):
+            # not registered, so clients on different connections that share a container-id
+            # and link name (many load tools do) each keep their own link; on one connection
+            # the name is still unique (2.6.1), and a second attach steals the first
+            here = (key, id(getattr(link, "conn", None)))
+            prev = self.volatile.get(here)
+            if prev is not None and prev is not link:
+                self.volatile_key.pop(prev, None)
+                self.volatile_termini.pop(prev, None)
+                try:
+                    prev.detach("amqp:link:stolen", "the link was attached again", closed=False)
+                except Exception:
+                    log.exception("detaching a stolen link failed")
+            self.volatile[here] = link
+            self.volatile_key[link] = here
+            t = Terminus(
+                key=key,
+                address=address,
+                fields=peer_terminus,
+                expiry_policy=str(peer_terminus.get("expiry_policy") or DEFAULT_EXPIRY),
+                link=link,
+            )
+            self.volatile_termini[link] = t
+            return t
         if old is not None and old.link is not None and old.link is not link:
             self._steal(old)
         if peer_terminus is None:
@@ -222,6 +251,12 @@ class LinkRegistry:
         """The link went away: `closed` (the peer or we closed it: the terminus goes), or
         suspended by `cause` ("link-detach", "session-end" or "connection-close")."""
         t = self.by_link.pop(link, None)
+        here = self.volatile_key.pop(link, None)
+        if here is not None:
+            self.volatile_termini.pop(link, None)
+            if self.volatile.get(here) is link:
+                del self.volatile[here]
+            return None
         if t is None or t.link is not link:
             return None
         t.link = None
@@ -265,10 +300,17 @@ class LinkRegistry:
         return self.termini.get(key)
 
     def for_link(self, link: Any) -> Terminus | None:
-        return self.by_link.get(link)
+        return self.by_link.get(link) or self.volatile_termini.get(link)
 
     def all(self) -> list[Terminus]:
-        return list(self.termini.values())
+        """Every terminus: registered ones (attached or suspended) and volatile attached ones."""
+        return list(self.termini.values()) + list(self.volatile_termini.values())
+
+
+def _volatile(peer_terminus: dict[str, Any]) -> bool:
+    return _int(peer_terminus.get("durable"), 0) == 0 and peer_terminus.get("expiry_policy") != (
+        "never"
+    )
 
 
 def _triggers(policy: str, cause: str) -> bool:

@@ -18,8 +18,9 @@ KEY = ("router", "client", "orders-in", "sender")
 
 
 class FakeLink:
-    def __init__(self) -> None:
+    def __init__(self, conn: object | None = None) -> None:
         self.detached: tuple[Any, ...] | None = None
+        self.conn = conn if conn is not None else object()  # its own connection by default
 
     def detach(self, condition: str, description: str, closed: bool = True) -> None:
         self.detached = (condition, description, closed)
@@ -67,6 +68,30 @@ def test_one_attachment_per_key_and_stealing() -> None:
     # the stolen link's later detach does not touch the terminus now held by the second
     assert reg.detached(first, closed=False, cause="link-detach") is None
     assert reg.get(KEY).link is second
+
+
+def test_volatile_links_sharing_a_key_coexist() -> None:
+    """Durable 0 and an expiry other than never: nothing outlives the link, so two clients
+    that reuse one container-id and link name (as load tools do) are not stolen from."""
+    reg = LinkRegistry("router", Persist())
+    first, second = FakeLink(), FakeLink()
+    reg.attach(KEY, first, terminus("link-detach", durable=0), "orders")
+    reg.attach(KEY, second, terminus("link-detach", durable=0), "orders")
+    assert first.detached is None and second.detached is None
+    assert reg.get(KEY) is None  # nothing to recover later either
+    # a terminus meant to outlive its link is unique per key
+    third = FakeLink()
+    reg.attach(KEY, third, terminus("never", durable=0), "orders")
+    reg.attach(KEY, FakeLink(), terminus("never", durable=0), "orders")
+    assert third.detached is not None and third.detached[0] == "amqp:link:stolen"
+    # on one connection a link name is unique (2.6.1): attached again, the first is stolen
+    conn = object()
+    a, b = FakeLink(conn), FakeLink(conn)
+    other = ("router", "client", "same-conn", "sender")
+    reg.attach(other, a, terminus("link-detach", durable=0), "orders")
+    reg.attach(other, b, terminus("link-detach", durable=0), "orders")
+    assert a.detached is not None and a.detached[0] == "amqp:link:stolen"
+    assert b.detached is None
 
 
 @pytest.mark.parametrize("policy", EXPIRY_POLICIES)
