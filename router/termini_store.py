@@ -66,10 +66,9 @@ class StorePersistence:
             t.records = dict(rec.unsettled)
             yield t
 
-    def commit(self, records: dict[bytes, bytes | None]) -> None:
-        """The data plane's group commit: one loop iteration's records (key -> value, or None
-        to delete), one transaction."""
-        self.store.commit_writes(records)
+    def commit(self, puts: dict[bytes, bytes], deletes: set[bytes]) -> None:
+        """The data plane's group commit: one loop iteration's records, one transaction."""
+        self.store.commit_writes(puts, deletes)
         self._committed()
 
     def mark_alive(self, now: float | None = None) -> None:

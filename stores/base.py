@@ -239,10 +239,14 @@ class TerminusStore(abc.ABC):
     def _flushed(self) -> None:
         self._last_flush = time.monotonic()
 
-    def commit_writes(self, writes: dict[bytes, bytes | None]) -> None:
-        """One transaction of puts (bytes) and deletes (None) whose keys the caller made
-        itself (the router's group commit): no per-key checks, no Batch object. A dict holds
-        each key once, so a put and a later delete in one commit collapse to the delete."""
+    def commit_writes(self, puts: dict[bytes, bytes], deletes: set[bytes] | None = None) -> None:
+        """One transaction of puts and deletes (disjoint key sets) whose keys the caller made
+        itself (the router's group commit): no per-key checks, no Batch object."""
+        if deletes:
+            writes: dict[bytes, bytes | None] = dict.fromkeys(deletes)
+            writes.update(puts)
+        else:
+            writes = dict(puts)
         if writes:
             self._run_commit([], writes)
 

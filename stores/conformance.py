@@ -103,6 +103,18 @@ class StoreConformance:
         store.put(b"empty", b"")
         assert store.get(b"empty") == b""
 
+    def test_commit_writes(self, store: TerminusStore) -> None:
+        """The router's group commit: puts and deletes (disjoint keys) in one transaction."""
+        store.put(b"u/old", b"gone soon")
+        before = store.commit_count
+        store.commit_writes({b"u/a": b"1", b"u/b": b"2" * 5000}, {b"u/old", b"u/absent"})
+        assert store.commit_count == before + 1
+        assert [k for k, _ in store.scan(b"u/")] == [b"u/a", b"u/b"]
+        assert store.get(b"u/b") == b"2" * 5000
+        store.commit_writes({}, {b"u/a"})
+        store.commit_writes({}, set())  # nothing to do: no transaction
+        assert [k for k, _ in store.scan(b"u/")] == [b"u/b"]
+
     def test_key_rules(self, store: TerminusStore) -> None:
         store.put(b"k" * MAX_KEY_SIZE, b"v")
         assert store.get(b"k" * MAX_KEY_SIZE) == b"v"

@@ -32,6 +32,7 @@ Sync modes (see stores/base.py for the contract):
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from stores.base import StoreError, TerminusStore
@@ -144,6 +145,35 @@ class LmdbStore(TerminusStore):
         if self.sync == "batched" and self._flush_due():
             self._flush()
             self._flushed()
+
+    def commit_writes(self, puts: dict[bytes, bytes], deletes: set[bytes] | None = None) -> None:
+        """The router's group commit, the fast way: the puts go to LMDB in one C loop
+        (cursor.putmulti over the dict's items), the deletes one by one."""
+        if not puts and not deletes:
+            return
+        self._check_usable()
+        lmdb = self._lmdb
+        t0 = time.perf_counter()
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    if puts:
+                        txn.cursor().putmulti(puts.items())
+                    if deletes:
+                        for key in deletes:
+                            txn.delete(key)
+                break
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.Error as exc:
+                raise self._driver_error("commit failed", exc) from exc
+        if self.sync == "batched" and self._flush_due():
+            self._flush()
+            self._flushed()
+        elapsed = time.perf_counter() - t0
+        self.commit_count += 1
+        self.last_commit_seconds = elapsed
+        self.commit_seconds_total += elapsed
 
     def _grow(self) -> None:
         size = int(self._env.info()["map_size"]) * 2

@@ -80,6 +80,8 @@ cdef inline int j_put(Router r, bytes dkey, bytes tag, bytes state, bytes origin
     r.journal[key] = record_value(state, origin, message)
     if new:
         r.journal_new.add(key)
+    elif r.journal_del:
+        r.journal_del.discard(key)
     r.schedule_flush()
     return 0
 
@@ -91,7 +93,8 @@ cdef inline int j_del(Router r, bytes dkey, bytes tag) except -1:
         r.journal_new.discard(key)
         del r.journal[key]
         return 0
-    r.journal[key] = None
+    r.journal.pop(key, None)
+    r.journal_del.add(key)
     r.schedule_flush()
     return 0
 

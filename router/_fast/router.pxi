@@ -27,7 +27,8 @@ cdef class Router:
     cdef readonly int64_t n_anonymous_rejected
     # durability 2: store changes of this loop iteration, committed by `committer` before
     # any output is written (durable.pxi)
-    cdef public dict journal          # store key -> value, or None to delete
+    cdef public dict journal          # store key -> value to put
+    cdef public set journal_del       # store keys to delete
     cdef set journal_new              # keys of this batch that the store does not have yet
     cdef public object committer
     # the delivery journal (journal.pxi): event tuples of this loop iteration, None when off
@@ -46,6 +47,7 @@ cdef class Router:
         self.open_properties = open_properties
         self.schedule = schedule
         self.journal = {}
+        self.journal_del = set()
         self.journal_new = set()
         global durable_router
         durable_router = self
@@ -75,14 +77,16 @@ cdef class Router:
         cdef Connection c
         cdef list dirty
         self.flush_scheduled = False
-        if self.journal:
+        if self.journal or self.journal_del:
             # group commit (DESIGN.md section 5): everything this iteration changed is in the
             # store before any frame that depends on it leaves
-            records = self.journal
+            puts = self.journal
+            deletes = self.journal_del
             self.journal = {}
+            self.journal_del = set()
             self.journal_new = set()
             if self.committer is not None:
-                self.committer(records)
+                self.committer(puts, deletes)
         if self.jrows:
             rows = self.jrows
             self.jrows = []
