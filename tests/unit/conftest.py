@@ -7,32 +7,15 @@ import importlib.util
 import ipaddress
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.tools_alias import alias_tools_package
 
-
-def _alias_tools_package() -> None:
-    """Make `qrouter_tools` importable from a source checkout (tox installs the real one)."""
-    if importlib.util.find_spec("qrouter_tools") is not None:
-        return
-    spec = importlib.util.spec_from_file_location(
-        "qrouter_tools",
-        REPO / "tools" / "__init__.py",
-        submodule_search_locations=[str(REPO / "tools")],
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["qrouter_tools"] = module
-    spec.loader.exec_module(module)
-
-
-_alias_tools_package()
+alias_tools_package()
 
 
 @pytest.fixture
