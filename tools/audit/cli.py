@@ -81,6 +81,9 @@ def audit_command(
     except AuditError as exc:
         click.echo(f"qrouter-tool audit: error: {exc}", err=True)
         sys.exit(2)
+    except ImportError as exc:  # pyspark, pyarrow or matplotlib: imported when the job runs
+        click.echo(f"qrouter-tool audit: {exc} (pip install 'qrouter[audit]')", err=True)
+        sys.exit(2)
     render_terminal(summary)
     failed = [a for a, v in summary["verdicts"].items() if v["verdict"] != "pass"]
     if failed and fail_on_violation:
