@@ -340,6 +340,31 @@ def addresses(ctx: click.Context, entries: bool, show_all: bool, **given: Any) -
     _with_client(settings, work)
 
 
+def _show(
+    ctx: click.Context,
+    given: dict[str, Any],
+    entity: str,
+    title: str,
+    columns: list[Column],
+    empty: str,
+    show_all: bool | None = None,
+) -> None:
+    """QUERY one entity type and print it: --json, or a table (`show_all` None: nothing of the
+    tool's own to hide)."""
+    settings = _settings(ctx, given)
+
+    def work(client: ManagementClient) -> None:
+        rows = client.query(entity)
+        if show_all is not None:
+            rows = _own(client, rows, show_all)
+        if settings.get("json"):
+            _json(rows)
+        else:
+            _table(title, columns, rows, empty)
+
+    _with_client(settings, work)
+
+
 # -- connections -----------------------------------------------------------------------------
 
 CONNECTION_COLUMNS: list[Column] = [
@@ -362,16 +387,7 @@ CONNECTION_COLUMNS: list[Column] = [
 @click.pass_context
 def connections(ctx: click.Context, show_all: bool, **given: Any) -> None:
     """Open connections."""
-    settings = _settings(ctx, given)
-
-    def work(client: ManagementClient) -> None:
-        rows = _own(client, client.query("connection"), show_all)
-        if settings.get("json"):
-            _json(rows)
-        else:
-            _table("Connections", CONNECTION_COLUMNS, rows, "no connections")
-
-    _with_client(settings, work)
+    _show(ctx, given, "connection", "Connections", CONNECTION_COLUMNS, "no connections", show_all)
 
 
 # -- nodes -----------------------------------------------------------------------------------
@@ -390,16 +406,7 @@ NODE_COLUMNS: list[Column] = [
 @click.pass_context
 def nodes(ctx: click.Context, **given: Any) -> None:
     """Other routers of the mesh, as this router reaches them."""
-    settings = _settings(ctx, given)
-
-    def work(client: ManagementClient) -> None:
-        rows = client.query("node")
-        if settings.get("json"):
-            _json(rows)
-        else:
-            _table("Mesh routers", NODE_COLUMNS, rows, "no other routers (standalone)")
-
-    _with_client(settings, work)
+    _show(ctx, given, "node", "Mesh routers", NODE_COLUMNS, "no other routers (standalone)")
 
 
 # -- termini -----------------------------------------------------------------------------------
@@ -425,16 +432,7 @@ TERMINUS_COLUMNS: list[Column] = [
 @click.pass_context
 def termini(ctx: click.Context, show_all: bool, **given: Any) -> None:
     """The link registry: every terminus, attached or suspended."""
-    settings = _settings(ctx, given)
-
-    def work(client: ManagementClient) -> None:
-        rows = _own(client, client.query("terminus"), show_all)
-        if settings.get("json"):
-            _json(rows)
-        else:
-            _table("Termini", TERMINUS_COLUMNS, rows, "no termini")
-
-    _with_client(settings, work)
+    _show(ctx, given, "terminus", "Termini", TERMINUS_COLUMNS, "no termini", show_all)
 
 
 # -- stats -----------------------------------------------------------------------------------
