@@ -555,6 +555,10 @@ class Receiver(_Link):
         rec = self._records.get(d.delivery_tag)
         if rec is not None and rec.delivery is d:
             self._drop(rec)
+        if self.exactly_once:
+            # settle in return: the record is gone, and the router (a guaranteed topic's)
+            # learns that we will not report this tag again (docs/exactly-once.md, decision 7)
+            d.confirm_settled()
 
     def _dispose(self, rec: _In, code: int, detail: Any) -> None:
         if rec.orphan or state_code(rec.state) in (ACCEPTED, REJECTED, RELEASED, MODIFIED):

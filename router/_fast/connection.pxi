@@ -1143,11 +1143,11 @@ cdef class Connection:
             # a delivery Python sent on an endpoint link
             d.remote_state = code
             d.remote_state_raw = raw
-            if settled and not d.settled:
+            if settled and not d.remote_settled:
+                # the peer settled first, or in return for ours (Delivery.settle(await_peer))
                 d.settled = True
                 d.remote_settled = True
-                table.pop(d.delivery_id, None)
-                if d.link is not None:
+                if table.pop(d.delivery_id, None) is not None and d.link is not None:
                     d.link.unsettled_count -= 1
             if d.link is not None and (code or settled):
                 self.handler.on_outcome(self, d.link, d, code, settled)

@@ -84,6 +84,11 @@ cdef class Delivery:
         return self.settled
 
     @property
+    def was_sent(self):
+        """Outbound: its first TRANSFER was written (the peer may have it)."""
+        return self.sent
+
+    @property
     def is_remote_settled(self):
         return self.remote_settled
 
@@ -119,13 +124,27 @@ cdef class Delivery:
             link.unsettled_count -= 1
         link.conn.queue_disposition(link.session, True, self.delivery_id, settle, raw)
 
-    def settle(self):
-        """Sender side: settle a delivery Python sent (e.g. once its outcome is known)."""
+    def settle(self, bint await_peer=False):
+        """Sender side: settle a delivery Python sent (e.g. once its outcome is known).
+        `await_peer`: keep it until the receiver settles in return, which on_outcome reports
+        (settled, no state): exactly-once topics take that as proof that the subscriber has
+        seen the settlement. One not yet written is dropped unseen (send_pending)."""
         cdef Link link = self.link
         if link is None or self.settled:
             return
         self.settled = True
-        link.session.unsettled_out.pop(self.delivery_id, None)
-        link.unsettled_count -= 1
+        if not self.sent:
+            return
+        if not await_peer or self.remote_settled:
+            if link.session.unsettled_out.pop(self.delivery_id, None) is not None:
+                link.unsettled_count -= 1
         link.conn.queue_disposition(link.session, False, self.delivery_id, True,
                                     self.remote_state_raw)
+
+    def confirm_settled(self):
+        """Receiver side, once the sender has settled (receiver-settle-mode second, 3.8.3):
+        settle in return, so the sender knows we have seen its settlement."""
+        cdef Link link = self.link
+        if link is None or not self.remote_settled:
+            return
+        link.conn.queue_disposition(link.session, True, self.delivery_id, True, None)

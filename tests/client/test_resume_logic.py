@@ -25,9 +25,13 @@ class FakeDelivery:
         self.is_settled = presettled
         self.remote_state_bytes: bytes | None = None
         self.updates: list[tuple[int, Any, bool]] = []
+        self.confirmed = False
 
     def update(self, code: int, detail: Any = None, settle: bool = True) -> None:
         self.updates.append((code, detail, settle))
+
+    def confirm_settled(self) -> None:
+        self.confirmed = True
 
     def settle(self) -> None:
         self.is_settled = True
@@ -246,6 +250,8 @@ def test_receiver_exactly_once_resume() -> None:
         r._on_settled(d1b)
         r._on_settled(d2b)
         assert r.unsettled == 0 and got1.settled and got2.settled
+        # and settles in return, so the router knows it will not report them again
+        assert d1b.confirmed and d2b.confirmed
 
     run(main())
 
