@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from router.config import AddressConfig
 
 DISTRIBUTIONS = ("closest", "balanced", "multicast", "unavailable")
+# an entry's optional guarantee (docs/exactly-once.md); it needs distribution multicast
+GUARANTEES = ("exactly-once", "at-least-once")
 
 _SEPARATORS = re.compile(r"[./]")
 
@@ -74,6 +76,7 @@ class AddressEntry:
     prefix: str | None
     pattern: str | None
     distribution: str
+    guarantee: str | None = None
 
     def __post_init__(self) -> None:
         if (self.prefix is None) == (self.pattern is None):
@@ -82,6 +85,15 @@ class AddressEntry:
             raise ValueError(
                 f"distribution {self.distribution!r} is not one of {', '.join(DISTRIBUTIONS)}"
             )
+        if self.guarantee is not None:
+            if self.guarantee not in GUARANTEES:
+                raise ValueError(
+                    f"guarantee {self.guarantee!r} is not one of {', '.join(GUARANTEES)}"
+                )
+            if self.distribution != "multicast":
+                raise ValueError(
+                    f"a guarantee needs distribution multicast, not {self.distribution}"
+                )
         if self.prefix is not None:
             object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
         if self.pattern is not None:
@@ -167,7 +179,10 @@ class AddressTable:
         """Add `entry`, replacing any entry with the same key. Raises ValueError if invalid."""
         if not isinstance(entry, AddressEntry):
             entry = AddressEntry(
-                prefix=entry.prefix, pattern=entry.pattern, distribution=entry.distribution
+                prefix=entry.prefix,
+                pattern=entry.pattern,
+                distribution=entry.distribution,
+                guarantee=getattr(entry, "guarantee", None),
             )
         key = entry.key
         if key in self._order:
@@ -225,6 +240,11 @@ class AddressTable:
         """The distribution for `address`: its best entry's, else the default."""
         entry = self.match(address)
         return entry.distribution if entry is not None else self.default_distribution
+
+    def guarantee(self, address: str) -> str | None:
+        """The guarantee of `address`'s best entry (exactly-once, at-least-once), or None."""
+        entry = self.match(address)
+        return entry.guarantee if entry is not None else None
 
     def match(self, address: str) -> AddressEntry | None:
         """The most specific entry matching `address`, or None when nothing matches."""

@@ -32,8 +32,9 @@ def main() -> None:
 @click.option(
     "--address",
     multiple=True,
-    metavar="PREFIX=DISTRIBUTION",
-    help="Add an address entry (repeatable); with '*' or '#' it is a pattern.",
+    metavar="PREFIX=DISTRIBUTION[,GUARANTEE]",
+    help="Add an address entry (repeatable); with '*' or '#' it is a pattern. GUARANTEE: "
+    "exactly-once or at-least-once (multicast only), e.g. events=multicast,exactly-once.",
 )
 @click.option(
     "--inter-router-listen",

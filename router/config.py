@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from router.addresses import DISTRIBUTIONS, check_pattern, normalize_prefix
+from router.addresses import DISTRIBUTIONS, GUARANTEES, check_pattern, normalize_prefix
 
 ROLES = ("normal", "inter-router")
 SASL_MECHANISMS = ("ANONYMOUS", "PLAIN")
@@ -80,6 +80,7 @@ class AddressConfig:
     prefix: str | None = None  # exactly one of prefix and pattern is set
     pattern: str | None = None
     distribution: str = "balanced"  # closest | balanced | multicast | unavailable
+    guarantee: str | None = None  # exactly-once | at-least-once (docs/exactly-once.md)
 
 
 @dataclass
@@ -98,6 +99,8 @@ class RouterConfig:
     journal_sample: float = 1.0  # share of deliveries journalled (by origin: same everywhere)
     hello_interval: float = 1.0  # mesh: seconds between HELLOs to each neighbour
     hello_max_age: float = 3.0  # mesh: a neighbour silent this long is lost
+    # guaranteed topics: a subscriber away (or a publisher gone) this long is discarded
+    guarantee_timeout: float = 60.0
     log_level: str = "info"
     log_format: str = "text"
     log_modules: dict[str, str] = field(default_factory=dict)
@@ -197,7 +200,7 @@ def _readable_file(key: str, path: str) -> None:
 # -- TOML tables -> dataclasses -------------------------------------------------------------
 
 _LISTENER_KEYS = tuple(f.name for f in fields(ListenerConfig))
-_ADDRESS_KEYS = ("prefix", "pattern", "distribution")
+_ADDRESS_KEYS = ("prefix", "pattern", "distribution", "guarantee")
 _CONNECTOR_KEYS = ("host", "port", "cost")
 _TOP_KEYS = (
     "id",
@@ -211,6 +214,7 @@ _TOP_KEYS = (
     "link_capacity",
     "hello_interval",
     "hello_max_age",
+    "guarantee_timeout",
     "journal",
     "journal_sample",
     "metrics",
@@ -288,6 +292,8 @@ def _address(key: str, table: Mapping[str, Any]) -> AddressConfig:
         ac.pattern = _want_str(f"{key}.pattern", table["pattern"])
     if "distribution" in table:
         ac.distribution = _want_choice(f"{key}.distribution", table["distribution"], DISTRIBUTIONS)
+    if "guarantee" in table:
+        ac.guarantee = _want_choice(f"{key}.guarantee", table["guarantee"], GUARANTEES)
     return ac
 
 
@@ -322,6 +328,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
             raise ConfigError("must be within 0 and 1", key="journal_sample")
     if "hello_interval" in doc:
         cfg.hello_interval = _want_number("hello_interval", doc["hello_interval"], 0.05)
+    if "guarantee_timeout" in doc:
+        cfg.guarantee_timeout = _want_number("guarantee_timeout", doc["guarantee_timeout"], 0.1)
     if "hello_max_age" in doc:
         cfg.hello_max_age = _want_number("hello_max_age", doc["hello_max_age"], 0.1)
         if cfg.hello_max_age <= cfg.hello_interval:
@@ -422,19 +430,26 @@ def listener_from_table(table: Mapping[str, Any], key: str = "listener") -> List
 
 
 def parse_address_option(value: str) -> AddressConfig:
-    """``PREFIX=DISTRIBUTION``; a left side containing ``*`` or ``#`` is a pattern."""
-    name, sep, distribution = value.partition("=")
-    name, distribution = name.strip(), distribution.strip()
+    """``PREFIX=DISTRIBUTION[,GUARANTEE]``; a left side containing ``*`` or ``#`` is a
+    pattern."""
+    name, sep, right = value.partition("=")
+    distribution, _, guarantee = right.partition(",")
+    name, distribution, guarantee = name.strip(), distribution.strip(), guarantee.strip()
     if not sep or not name or not distribution:
-        raise ConfigError(f"{value!r} is not PREFIX=DISTRIBUTION", key="--address")
+        raise ConfigError(f"{value!r} is not PREFIX=DISTRIBUTION[,GUARANTEE]", key="--address")
     if distribution not in DISTRIBUTIONS:
         raise ConfigError(
             f"{value!r}: {distribution!r} is not one of {', '.join(DISTRIBUTIONS)}",
             key="--address",
         )
+    if guarantee and guarantee not in GUARANTEES:
+        raise ConfigError(
+            f"{value!r}: {guarantee!r} is not one of {', '.join(GUARANTEES)}", key="--address"
+        )
+    g = guarantee or None
     if "*" in name or "#" in name:
-        return AddressConfig(pattern=name, distribution=distribution)
-    return AddressConfig(prefix=name, distribution=distribution)
+        return AddressConfig(pattern=name, distribution=distribution, guarantee=g)
+    return AddressConfig(prefix=name, distribution=distribution, guarantee=g)
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -489,6 +504,18 @@ def _check_address(key: str, ac: AddressConfig) -> None:
             f"{ac.distribution!r} is not one of {', '.join(DISTRIBUTIONS)}",
             key=f"{key}.distribution",
         )
+    if ac.guarantee is not None:
+        if ac.guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"{ac.guarantee!r} is not one of {', '.join(GUARANTEES)}",
+                key=key if key.startswith("--") else f"{key}.guarantee",
+            )
+        if ac.distribution != "multicast":
+            # a guarantee is publish/subscribe: every subscriber gets every message
+            raise ConfigError(
+                f"a guarantee ({ac.guarantee}) needs distribution multicast, not {ac.distribution}",
+                key=key if key.startswith("--") else f"{key}.guarantee",
+            )
 
 
 # Where a setting came from, for messages: (file or None, key or --option).

@@ -277,6 +277,16 @@ class Process(subprocess.Popen):  # type: ignore[type-arg]
             self._out.close()
 
 
+def _address_row(prefix: str, dist: str) -> dict[str, str]:
+    """A config-file address entry from ``PREFIX`` and ``DISTRIBUTION[,GUARANTEE]``."""
+    row = {("pattern" if ("*" in prefix or "#" in prefix) else "prefix"): prefix}
+    distribution, _, guarantee = dist.partition(",")
+    row["distribution"] = distribution
+    if guarantee:
+        row["guarantee"] = guarantee
+    return row
+
+
 class Router(Process):
     """A ``qrouter`` process.
 
@@ -324,10 +334,7 @@ class Router(Process):
             listener_rows = [
                 {"host": lst.host, "port": lst.port, **lst.options} for lst in self.listeners
             ]
-            address_rows = [
-                {("pattern" if ("*" in p or "#" in p) else "prefix"): p, "distribution": d}
-                for p, d in self.addresses.items()
-            ]
+            address_rows = [_address_row(p, d) for p, d in self.addresses.items()]
             self.config_file.write_text(
                 to_toml(top, {"listener": listener_rows, "address": address_rows})
             )

@@ -312,3 +312,26 @@ def test_bad_users_file_is_reported_with_its_line(
     path = write_config("users_file = 'users'")
     assert error_of(path) == f"{users}: line 2: expected user:hash"
     assert error_of(users_file=str(users)) == f"{users}: line 2: expected user:hash"
+
+
+def test_address_guarantee(write_config: WriteConfig) -> None:
+    # issue 5: a topic with a guarantee, from the command line and from the file
+    assert parse_address_option("events=multicast,exactly-once") == AddressConfig(
+        "events", None, "multicast", "exactly-once"
+    )
+    assert parse_address_option("t.#=multicast, at-least-once").guarantee == "at-least-once"
+    for bad, what in (
+        ("events=multicast,twice", "'twice' is not one of exactly-once, at-least-once"),
+        ("events=balanced,exactly-once", "needs distribution multicast, not balanced"),
+    ):
+        message = error_of(address=[bad])
+        assert message.startswith("--address: ") and what in message, message
+    path = write_config(
+        "[[address]]\nprefix = 'events'\ndistribution = 'multicast'\nguarantee = 'exactly-once'"
+    )
+    assert load_config(path).addresses[0].guarantee == "exactly-once"
+    path = write_config("[[address]]\nprefix = 'events'\nguarantee = 'exactly-once'")
+    assert error_of(path) == (
+        f"{path}: address[0].guarantee: a guarantee (exactly-once) needs distribution "
+        "multicast, not balanced"
+    )
