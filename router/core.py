@@ -23,6 +23,7 @@ from router._fast.engine import (
 from router.addresses import AddressTable
 from router.auth import UserDB, parse_plain
 from router.config import ConnectorConfig, ListenerConfig, RouterConfig
+from router.guarantee import Guarantees
 from router.journal import origin_id
 from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
@@ -68,6 +69,8 @@ class Core:
         self.monitor = LinkMonitor(self)
         # the mesh data plane (router/inter_router.py), set by the server when it starts
         self.mesh: Mesh | None = None
+        # topics with a guarantee (router/guarantee.py): their links bypass the fast path
+        self.guarantees = Guarantees(self)
 
     def distribution_of(self, address: str) -> str:
         if address.startswith(DYNAMIC_PREFIX):
@@ -244,6 +247,10 @@ class ConnectionHandler:
         if distribution == "unavailable":
             self.core.registry.detached(link, True, "link-detach")
             raise AttachError("amqp:not-found", f"address '{address}' is unavailable")
+        if self.core.table.guarantee(address) is not None:
+            reply = _reply_terminus(t, address)
+            self.core.guarantees.attach_subscriber(link, address, fields, reply, t.durable)
+            return
         target = fields.get("target")
         link.attach(
             {
@@ -285,6 +292,10 @@ class ConnectionHandler:
         if distribution == "unavailable":
             self.core.registry.detached(link, True, "link-detach")
             raise AttachError("amqp:not-found", f"address '{address}' is unavailable")
+        if address is not None and self.core.table.guarantee(address) is not None:
+            reply = _reply_terminus(t, address)
+            self.core.guarantees.attach_publisher(link, address, fields, reply)
+            return
         source = fields.get("source")
         max_size = self.core.config.max_message_size
         link.origin_prefix = origin_id(link.conn.remote_container_id, link.name, b"")
@@ -362,6 +373,8 @@ class ConnectionHandler:
             return
         if self.core.mesh is not None and link.is_sender:
             self.core.mesh.touch(link)  # it may be the address's last local consumer
+        if self.core.guarantees.owns(link):
+            self.core.guarantees.on_detach(link, closed)
         cause = (
             "connection-close"
             if conn.closed
@@ -384,21 +397,28 @@ class ConnectionHandler:
                 error,
             )
 
-    # Deliveries of endpoint links (Link.bind_endpoint): only the $management node has them.
+    # Deliveries of endpoint links (Link.bind_endpoint): the $management node's, and those of
+    # guaranteed topics (router/guarantee.py).
     def on_message(self, conn: Connection, link: Link, delivery: Any, payload: bytes) -> None:
         if self.inter_router:
             assert self.core.mesh is not None
             self.core.mesh.on_message(conn, link, payload)
+            return
+        if self.core.guarantees.owns(link):
+            self.core.guarantees.on_message(link, delivery, payload)
             return
         self.core.management.on_message(link, delivery, payload)
 
     def on_outcome(
         self, conn: Connection, link: Link, delivery: Any, code: int, settled: bool
     ) -> None:
-        pass  # the node's replies are presettled
+        # the node's replies are presettled; a guaranteed topic's subscriber answers
+        if self.core.guarantees.owns(link):
+            self.core.guarantees.on_outcome(link, delivery, code, settled)
 
     def on_settled(self, conn: Connection, link: Link, delivery: Any) -> None:
-        pass
+        if self.core.guarantees.owns(link):
+            self.core.guarantees.on_settled(link, delivery)
 
     def on_flow(self, conn: Connection, link: Link) -> None:
         pass

@@ -48,6 +48,7 @@ P_INSTANCE = Symbol("qrouter-instance")
 P_COST = Symbol("qrouter-cost")
 AMQP_VALUE = ULong(0x77)  # 3.2.8 amqp-value: the body section of a control message
 CONTROL_CREDIT = 1000
+EO_OP = "EO"  # a control message that carries a guaranteed topic's message (router/guarantee.py)
 TICK = 0.1  # seconds between routing engine ticks (docs/mesh.md: 0.1-0.25 s)
 BACKOFF = (0.1, 2.0)  # connector reconnect delay: first, most (doubling)
 
@@ -290,9 +291,20 @@ class Mesh:
             # until our own sender's attach is answered
             peer.early.append(message)
             return
+        self._dispatch(peer, message)
+        self._apply()
+
+    def _dispatch(self, peer: Peer, message: Any) -> None:
+        if isinstance(message, dict) and message.get("op") == EO_OP:
+            # a guaranteed topic's message (router/guarantee.py), on the same FIFO link
+            self.core.guarantees.receive(peer.router_id, peer.link_id, message.get("m"))
+            return
         assert self.loop is not None
         self.engine.receive(peer.link_id, message, self.loop.time())
-        self._apply()
+
+    def send_eo(self, link_id: int, message: dict[str, Any]) -> None:
+        """A guaranteed topic's message to the router at the other end of `link_id`."""
+        self.send(link_id, {"op": EO_OP, "m": message})
 
     def on_closed(self, conn: Connection) -> None:
         peer: Peer | None = conn.info if isinstance(conn.info, Peer) else None
@@ -306,6 +318,7 @@ class Mesh:
         log.info("[C%d] inter-router connection to %r closed", conn.conn_id, peer.router_id)
         if peer.up:
             self.engine.link_down(peer.link_id)
+            self.core.guarantees.peer_down(peer.router_id, peer.link_id)
         self._apply()
 
     def _maybe_up(self, peer: Peer) -> None:
@@ -313,9 +326,10 @@ class Mesh:
             return
         peer.up = True
         self.engine.link_up(peer.link_id, peer.cost)
+        self.core.guarantees.peer_up(peer.router_id, peer.link_id)
         assert self.loop is not None
         for message in peer.early:
-            self.engine.receive(peer.link_id, message, self.loop.time())
+            self._dispatch(peer, message)
         peer.early.clear()
         self._apply()
 

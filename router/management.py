@@ -210,6 +210,12 @@ class ManagementNode:
                     self.node_rows,
                     doc="routers of the mesh reachable from this one",
                 ),
+                EntityType(
+                    "topic",
+                    TOPIC_ATTRIBUTES,
+                    self.topic_rows,
+                    doc="topics with a guarantee: their links and the records held",
+                ),
             )
         }
 
@@ -585,6 +591,7 @@ class ManagementNode:
                     "prefix": entry.prefix,
                     "pattern": entry.pattern,
                     "distribution": entry.distribution,
+                    "guarantee": entry.guarantee,
                     "origin": origin,
                 }
             )
@@ -597,6 +604,7 @@ class ManagementNode:
                 prefix=None if prefix is None else str(prefix),
                 pattern=None if pattern is None else str(pattern),
                 distribution=str(attrs.get("distribution") or "balanced"),
+                guarantee=None if attrs.get("guarantee") is None else str(attrs["guarantee"]),
             )
         except ValueError as exc:
             raise ManagementError(400, str(exc)) from None
@@ -620,9 +628,11 @@ class ManagementNode:
             "prefix": row["prefix"],
             "pattern": row["pattern"],
             "distribution": row["distribution"],
+            "guarantee": row["guarantee"],
         }
-        if "distribution" in attrs:
-            merged["distribution"] = attrs["distribution"]
+        for key in ("distribution", "guarantee"):
+            if key in attrs:
+                merged[key] = attrs[key]
         entry = self._entry(merged)
         self.core.table.add(entry)  # same key: replaces the entry
         log.info("address entry %s %r -> %s by management", *entry.key, entry.distribution)
@@ -838,6 +848,24 @@ class ManagementNode:
 
     # -- mesh ------------------------------------------------------------------------------
 
+    def topic_rows(self) -> list[dict[str, Any]]:
+        """Guaranteed topics (router/guarantee.py) this router knows."""
+        g = self.core.guarantees
+        return [
+            {
+                "identity": name,
+                "name": name,
+                "guarantee": t.mode,
+                "publishers": len(t.attached_publishers()),
+                "subscribers": len(t.attached_subscribers()),
+                "known_subscribers": len(t.view.known),
+                "origin_records": len(t.origin_records()),
+                "local_records": len(t.local_records()),
+                "peers": sorted(g.channels),
+            }
+            for name, t in sorted(g.topics.items())
+        ]
+
     def node_rows(self) -> list[dict[str, Any]]:
         """Routers reachable through the mesh (none until the mesh is wired into the core:
         this reads `core.mesh`, a router.mesh.engine.RoutingEngine, when there is one)."""
@@ -894,7 +922,9 @@ LISTENER_ATTRIBUTES = (
 CONNECTOR_ATTRIBUTES = (
     "identity", "name", "host", "port", "role", "cost", "connection", "connected",
 )  # fmt: skip
-ADDRESS_ATTRIBUTES = ("identity", "name", "prefix", "pattern", "distribution", "origin")
+ADDRESS_ATTRIBUTES = (
+    "identity", "name", "prefix", "pattern", "distribution", "guarantee", "origin",
+)  # fmt: skip
 ROUTER_ADDRESS_ATTRIBUTES = (
     "identity", "name", "distribution", "consumers", "producers", "undelivered",
     "deliveries_in", "deliveries_out", "accepted", "released", "rejected", "modified", "dropped",
@@ -915,6 +945,10 @@ TERMINUS_ATTRIBUTES = (
     "held",
 )  # fmt: skip
 NODE_ATTRIBUTES = ("identity", "name", "id", "neighbour", "next_hop", "cost", "link_id", "peers")
+TOPIC_ATTRIBUTES = (
+    "identity", "name", "guarantee", "publishers", "subscribers", "known_subscribers",
+    "origin_records", "local_records", "peers",
+)  # fmt: skip
 
 
 # -- helpers ---------------------------------------------------------------------------------

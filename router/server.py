@@ -114,6 +114,8 @@ class Server:
             from router.inter_router import Mesh
 
             self.core.mesh = Mesh(self.core)
+            # attachment ids of guaranteed topics grow with the router's instance
+            self.core.guarantees.instance = self.core.mesh.engine.instance
         self.stopping = asyncio.Event()
         self.journal: Any = None
         if config.journal:
@@ -133,6 +135,7 @@ class Server:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.core.engine.schedule = loop.call_soon
+        self.core.guarantees.start()  # recovers the records of guaranteed topics
         loop.create_task(self._housekeeping())
         if self.core.mesh is not None:
             # before the listeners: a neighbour may connect as soon as they are open
@@ -202,6 +205,7 @@ class Server:
         return protocol.closed
 
     async def stop(self) -> None:
+        self.core.guarantees.stop()
         if self.core.mesh is not None:
             self.core.mesh.stop()
         for server in self.servers:

@@ -1,0 +1,545 @@
+"""Guaranteed topics in the router (docs/exactly-once.md, "Embedding it in the router").
+
+An address entry with ``guarantee = "exactly-once"`` (or ``"at-least-once"``) does not go
+through the Cython forwarding path: its publisher and subscriber links are endpoint links
+(`Link.bind_endpoint`) and every transfer, disposition and settlement on them is an input of
+the topic's `router.eo.TopicRouter`. This is the documented exception to "no Python per
+message": each guaranteed delivery needs a durable record and per-subscriber state anyway.
+
+`Guarantees` holds one `TopicRouter` per topic (the concrete address), created when a link
+attaches, a peer speaks about it, or the store holds records of it at start. It applies what the
+state machines decide:
+
+* **Group commit.** A `TopicRouter` commits its records at the end of each input and then
+  calls its port. Here both are staged: the records of every input of one loop iteration go to
+  the store in one transaction, and only then are the outputs (transfers, dispositions,
+  inter-router messages) applied, in order. Nothing leaves the router before the records it
+  depends on.
+* **Channels.** Inter-router messages travel on the mesh's control link to a directly
+  connected router (`Mesh.send_eo`); a router's channel is up while its inter-router
+  connection's control links are. Guaranteed topics therefore need the routers that carry them
+  connected to each other (a full mesh); docs/exactly-once.md says why.
+* **Links.** A publisher is identified by (container-id, link name) and a subscriber likewise;
+  a subscriber attachment gets a fresh id from its `TopicRouter`. The router answers a
+  re-attaching link with the unsettled map AMQP 1.0 §2.6.13 asks for, computed from the
+  records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from router._fast.codec import Described, UByte, ULong, encode
+from router._fast.engine import Link, source_value, state_code, target_value
+from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
+
+if TYPE_CHECKING:
+    from router.core import Core
+
+log = logging.getLogger("qrouter.guarantee")
+
+ACCEPTED = 0x24
+TERMINAL = (0x24, 0x25, 0x26, 0x27)  # accepted, rejected, released, modified
+ACCEPTED_STATE = Described(ULong(ACCEPTED), [])
+PUBLISHER_WINDOW = 500  # unaccepted deliveries a publisher may have in flight per link
+TICK = 0.25  # seconds between TopicRouter ticks (PING barrier, ASK, timeouts)
+TOPIC_MARK = b"eot/"  # store: one key per topic with records, to find them at start
+
+
+@dataclass(eq=False)
+class _Pub:
+    pub: Pub
+    topic: str
+    link: Link
+    settle_first: bool  # the publisher asked receiver-settle-mode first: we settle on accept
+    deliveries: dict[bytes, Any] = field(default_factory=dict)  # tag -> engine Delivery
+    presettled: set[bytes] = field(default_factory=set)  # sent settled: settle on acceptance
+    accepted: set[bytes] = field(default_factory=set)  # accepted before it was resent
+
+
+@dataclass(eq=False)
+class _Sub:
+    att: AttId
+    sub: Sub
+    topic: str
+    link: Link
+    resumable: bool
+    deliveries: dict[bytes, Any] = field(default_factory=dict)  # out tag -> engine Delivery
+    settling: set[bytes] = field(default_factory=set)  # settled by us, awaiting theirs
+    peer_settled: set[bytes] = field(default_factory=set)  # the subscriber settled first
+
+
+class _Port:
+    """A topic's `router.eo.Port`: outputs are staged until the iteration's commit."""
+
+    def __init__(self, g: Guarantees, topic: str) -> None:
+        self.g = g
+        self.topic = topic
+        self.resend_tags: list[bytes] = []
+
+    def to_router(self, router_id: str, message: dict[str, Any]) -> None:
+        self.g.stage(("to_router", router_id, message))
+
+    def deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
+        self.g.stage(("deliver", att, out_tag, body, resume))
+
+    def settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
+        self.g.stage(("settle_subscriber", att, out_tag))
+
+    def accept_publisher(self, pub: Pub, tag: bytes) -> None:
+        self.g.stage(("accept_publisher", self.topic, pub, tag))
+
+    def resend(self, pub: Pub, tags: list[bytes]) -> None:
+        self.resend_tags.extend(tags)  # read by attach_publisher for its reply
+
+    def log(self, level: str, msg: str) -> None:
+        log.log(logging.getLevelName(level.upper()), "[%s] %s", self.topic, msg)
+
+
+class _TopicStore:
+    """A topic's `router.eo.RecordStore`: commits are staged into the shared batch."""
+
+    def __init__(self, g: Guarantees, topic: str) -> None:
+        self.g = g
+        self.prefix = b"eo/" + topic.encode() + b"/"
+        self.mark = TOPIC_MARK + topic.encode()
+
+    def commit(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
+        w = self.g.writes
+        for key in deletes:
+            w[self.prefix + key] = None
+        for key, value in puts.items():
+            w[self.prefix + key] = value
+        if puts:
+            w[self.mark] = b""
+        self.g.schedule()
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        cut = len(self.prefix)
+        for key, value in self.g.backend_scan(self.prefix + prefix):
+            yield key[cut:], value
+
+
+class Guarantees:
+    """The guaranteed topics of one router."""
+
+    def __init__(self, core: Core, instance: int | None = None) -> None:
+        self.core = core
+        self.router_id = core.config.id
+        self.instance = instance if instance is not None else time.time_ns() // 1_000_000
+        self.timeout = core.config.guarantee_timeout
+        # the terminus store (router/termini_store.py), None for the memory store
+        self.store: Any = getattr(core.persistence, "store", None)
+        self.memory: dict[bytes, bytes] = {}  # the records when there is no store
+        self.topics: dict[str, TopicRouter] = {}
+        self.ports: dict[str, _Port] = {}
+        self.pubs: dict[tuple[str, Pub], _Pub] = {}
+        self.subs: dict[AttId, _Sub] = {}
+        self.by_link: dict[Link, _Pub | _Sub] = {}
+        self.channels: dict[str, list[int]] = {}  # router id -> up connections, first in use
+        self.writes: dict[bytes, bytes | None] = {}
+        self.outputs: list[tuple[Any, ...]] = []
+        self.scheduled = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self.n_commits = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Recover the topics the store holds records of, and start ticking."""
+        self.loop = asyncio.get_running_loop()
+        for key, _ in list(self.backend_scan(TOPIC_MARK)):
+            topic = key[len(TOPIC_MARK) :].decode()
+            if self.core.table.guarantee(topic) is None:
+                log.warning("store holds records of %r, which has no guarantee now", topic)
+            self.topic(topic, create=True)
+        if self.topics:
+            log.info("guaranteed topics recovered from the store: %s", ", ".join(self.topics))
+        self._ticker = self.loop.create_task(self._tick())
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.flush()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            now = self.now()
+            for topic in list(self.topics.values()):
+                topic.tick(now)
+
+    def now(self) -> float:
+        return self.loop.time() if self.loop is not None else time.monotonic()
+
+    def guarantee_of(self, address: str) -> str | None:
+        return self.core.table.guarantee(address)
+
+    def topic(self, name: str, create: bool = True) -> TopicRouter | None:
+        t = self.topics.get(name)
+        if t is not None or not create:
+            return t
+        mode = self.guarantee_of(name) or EXACTLY_ONCE
+        port = _Port(self, name)
+        t = TopicRouter(
+            self.router_id,
+            port,
+            _TopicStore(self, name),
+            instance=self.instance,
+            topic=name,
+            mode=mode,
+            terminus_timeout=self.timeout,
+            now=self.now(),
+        )
+        self.topics[name] = t
+        self.ports[name] = port
+        now = self.now()
+        for router_id in sorted(self.channels):
+            t.router_up(router_id, now)
+        log.info("guaranteed topic %r (%s)", name, mode)
+        return t
+
+    # -- the store and the group commit --------------------------------------------------------
+
+    def backend_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        if self.store is not None:
+            yield from self.store.scan(prefix)
+        else:
+            for key in sorted(k for k in self.memory if k.startswith(prefix)):
+                yield key, self.memory[key]
+
+    def stage(self, output: tuple[Any, ...]) -> None:
+        self.outputs.append(output)
+        self.schedule()
+
+    def schedule(self) -> None:
+        if not self.scheduled and self.loop is not None:
+            self.scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Commit the iteration's records in one transaction, then apply the outputs."""
+        self.scheduled = False
+        while self.writes or self.outputs:
+            if self.writes:
+                writes, self.writes = self.writes, {}
+                puts = {k: v for k, v in writes.items() if v is not None}
+                deletes = {k for k, v in writes.items() if v is None}
+                if self.store is not None:
+                    self.store.commit_writes(puts, deletes)
+                else:
+                    for key in deletes:
+                        self.memory.pop(key, None)
+                    self.memory.update(puts)
+                self.n_commits += 1
+            outputs, self.outputs = self.outputs, []
+            for output in outputs:
+                try:
+                    getattr(self, "_out_" + output[0])(*output[1:])
+                except Exception:  # noqa: BLE001 - one bad output must not stop the others
+                    log.exception("guaranteed topics: applying %s failed", output[0])
+
+    # -- outputs -------------------------------------------------------------------------------
+
+    def _out_to_router(self, router_id: str, message: dict[str, Any]) -> None:
+        ids = self.channels.get(router_id)
+        if ids and self.core.mesh is not None:
+            self.core.mesh.send_eo(ids[0], message)
+
+    def _out_deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
+        s = self.subs.get(att)
+        if s is None:
+            return
+        s.deliveries[out_tag] = s.link.send(out_tag, body, resume=resume)
+
+    def _out_settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
+        s = self.subs.get(att)
+        if s is None:
+            return
+        d = s.deliveries.pop(out_tag, None)
+        if out_tag in s.peer_settled or (d is not None and not d.was_sent):
+            # it settled first (or never saw it): nothing more to tell it
+            s.peer_settled.discard(out_tag)
+            if d is not None:
+                d.settle()
+            if s.resumable:
+                self._input(s.topic, "subscriber_settled", att, out_tag)
+            return
+        if d is None:
+            if not s.resumable:
+                return  # delivered on an attachment that is gone; nothing to settle here
+            # reported on attach, delivered on an earlier attachment: resume it, empty, so
+            # that the settlement has a delivery to name (2.6.13)
+            d = s.link.send(out_tag, b"", resume=True)
+        if s.resumable:
+            s.settling.add(out_tag)
+            d.settle(await_peer=True)
+        else:
+            d.settle()
+
+    def _out_accept_publisher(self, topic: str, pub: Pub, tag: bytes) -> None:
+        p = self.pubs.get((topic, pub))
+        if p is None:
+            return
+        if tag in p.presettled:
+            p.presettled.discard(tag)
+            self._input(topic, "publisher_settled", pub, tag)
+            return
+        d = p.deliveries.get(tag)
+        if d is None:
+            p.accepted.add(tag)  # it is being resent: accept it when it arrives
+            return
+        d.update(ACCEPTED, None, settle=p.settle_first)
+        if p.settle_first:
+            del p.deliveries[tag]
+            self._input(topic, "publisher_settled", pub, tag)
+            self._top_up(p)
+
+    def _input(self, topic: str, method: str, *args: Any) -> None:
+        t = self.topics.get(topic)
+        if t is not None:
+            getattr(t, method)(*args, self.now())
+
+    # -- publisher links -----------------------------------------------------------------------
+
+    def attach_publisher(
+        self, link: Link, address: str, fields: dict[str, Any], reply: Any
+    ) -> None:
+        """A producer link to a guaranteed topic: answer its ATTACH with our unsettled map
+        (§2.6.13: tags we hold, ACCEPTED where every subscriber accepted; tags we need again
+        are left out, so the publisher resends them) and take its deliveries."""
+        t = self.topic(address)
+        assert t is not None
+        pub: Pub = (link.conn.remote_container_id, link.name)
+        old = self.pubs.pop((address, pub), None)
+        if old is not None:
+            self.by_link.pop(old.link, None)
+        peer_map = _unsettled(fields.get("unsettled"))
+        port = self.ports[address]
+        port.resend_tags = []
+        # receiver-settle-mode as the publisher asks: second (ours), or first (proton's
+        # default; we settle with ACCEPTED, which ends the delivery at both ends)
+        settle_first = _mode(fields.get("rcv_settle_mode"), 0) == 0
+        p = _Pub(pub, address, link, settle_first)
+        self.pubs[(address, pub)] = p
+        self.by_link[link] = p
+        t.publisher_attached(pub, list(peer_map.items()), self.now())
+        resend = set(port.resend_tags)
+        # accept_publisher outputs of this attach are staged: read them for the reply map
+        accepted = {o[3] for o in self.outputs if o[0] == "accept_publisher" and o[2] == pub}
+        ours = {
+            tag: (ACCEPTED_STATE if tag in accepted else None)
+            for tag in peer_map
+            if tag not in resend
+        }
+        link.attach(
+            {
+                "snd_settle_mode": UByte(_mode(fields.get("snd_settle_mode"), 2)),
+                "rcv_settle_mode": UByte(0 if settle_first else 1),
+                "source": source_value(fields["source"])
+                if isinstance(fields.get("source"), dict)
+                else None,
+                "target": target_value(reply),
+                "unsettled": ours or None,
+            }
+        )
+        link.bind_endpoint()
+        link.flow(PUBLISHER_WINDOW)
+        log.debug("[C%d] publisher %r on guaranteed %r", link.conn.conn_id, pub, address)
+
+    def _top_up(self, p: _Pub) -> None:
+        want = PUBLISHER_WINDOW - len(p.deliveries) - len(p.presettled)
+        if want - p.link.credit >= PUBLISHER_WINDOW // 4:
+            p.link.flow(want)
+
+    # -- subscriber links ----------------------------------------------------------------------
+
+    def attach_subscriber(
+        self, link: Link, address: str, fields: dict[str, Any], reply: Any, durable: int
+    ) -> None:
+        """A consumer link of a guaranteed topic. It can resume (our client) when its terminus
+        keeps unsettled state (durable 2); then its unsettled map is reconciled with the
+        records and our map echoes its tags, so that it keeps them until we settle them."""
+        t = self.topic(address)
+        assert t is not None
+        sub: Sub = (link.conn.remote_container_id, link.name)
+        for old in [x for x in self.subs.values() if x.topic == address and x.sub == sub]:
+            # the same subscriber again (its old link was stolen): that attachment ended
+            self.subs.pop(old.att, None)
+            self.by_link.pop(old.link, None)
+            t.subscriber_detached(old.att, False, self.now())
+        peer_map = _unsettled(fields.get("unsettled")) if t.eo else {}
+        resumable = durable == 2
+        att = t.new_attachment_id()
+        s = _Sub(att, sub, address, link, resumable)
+        self.subs[att] = s
+        self.by_link[link] = s
+        target = fields.get("target")
+        link.attach(
+            {
+                "snd_settle_mode": UByte(0),  # unsettled: every delivery gets an outcome
+                "rcv_settle_mode": UByte(1 if t.eo else 0),
+                "source": source_value(reply),
+                "target": target_value(target) if isinstance(target, dict) else None,
+                "unsettled": {tag: None for tag in peer_map} or None,
+            }
+        )
+        link.bind_endpoint()
+        t.subscriber_attached(sub, list(peer_map.items()), self.now(), att, resumable=resumable)
+        log.debug("[C%d] subscriber %r on guaranteed %r", link.conn.conn_id, sub, address)
+
+    # -- link events (router/core.py) ----------------------------------------------------------
+
+    def owns(self, link: Link) -> bool:
+        return link in self.by_link
+
+    def on_message(self, link: Link, d: Any, payload: bytes) -> None:
+        p = self.by_link.get(link)
+        if not isinstance(p, _Pub):
+            return
+        t = self.topics[p.topic]
+        tag = d.delivery_tag
+        now = self.now()
+        if d.is_presettled and d.resumed and not payload:
+            t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
+        else:
+            if d.is_presettled:
+                p.presettled.add(tag)  # at most once from its side: settle when accepted
+            else:
+                p.deliveries[tag] = d
+            t.publisher_transfer(p.pub, tag, payload, now)
+            if tag in p.accepted:
+                p.accepted.discard(tag)
+                self.stage(("accept_publisher", p.topic, p.pub, tag))
+        self._top_up(p)
+
+    def on_settled(self, link: Link, d: Any) -> None:
+        """The publisher settled (receiver-settle-mode second: after our ACCEPTED)."""
+        p = self.by_link.get(link)
+        if not isinstance(p, _Pub):
+            return
+        tag = d.delivery_tag
+        if p.deliveries.get(tag) is d:
+            del p.deliveries[tag]
+        self.topics[p.topic].publisher_settled(p.pub, tag, self.now())
+        self._top_up(p)
+
+    def on_outcome(self, link: Link, d: Any, code: int, settled: bool) -> None:
+        """A subscriber's disposition: its outcome, and/or its settlement."""
+        s = self.by_link.get(link)
+        if not isinstance(s, _Sub):
+            return
+        t = self.topics[s.topic]
+        tag = d.delivery_tag
+        now = self.now()
+        if code in TERMINAL:
+            # any terminal outcome means the application has dealt with it (docs)
+            if code != ACCEPTED:
+                log.info(
+                    "subscriber %r answered %#x for %r: counted as done", link.name, code, s.topic
+                )
+            t.subscriber_accepted(s.att, tag, now)
+        if settled:
+            if tag in s.settling:
+                s.settling.discard(tag)
+                t.subscriber_settled(s.att, tag, now)
+            elif s.deliveries.get(tag) is d:
+                del s.deliveries[tag]
+                if t.eo:
+                    s.peer_settled.add(tag)
+
+    def on_detach(self, link: Link, closed: bool) -> None:
+        entry = self.by_link.pop(link, None)
+        if entry is None:
+            return
+        now = self.now()
+        t = self.topics.get(entry.topic)
+        if isinstance(entry, _Pub):
+            if self.pubs.get((entry.topic, entry.pub)) is entry:
+                del self.pubs[(entry.topic, entry.pub)]
+                if t is not None:
+                    t.publisher_detached(entry.pub, closed, now)
+        else:
+            self.subs.pop(entry.att, None)
+            if t is not None:
+                t.subscriber_detached(entry.att, closed, now)
+
+    # -- the mesh (router/inter_router.py) -----------------------------------------------------
+
+    def peer_up(self, router_id: str, link_id: int) -> None:
+        ids = self.channels.setdefault(router_id, [])
+        ids.append(link_id)
+        if len(ids) == 1:
+            now = self.now()
+            for t in list(self.topics.values()):
+                t.router_up(router_id, now)
+
+    def peer_down(self, router_id: str, link_id: int) -> None:
+        ids = self.channels.get(router_id)
+        if not ids or link_id not in ids:
+            return
+        first = ids[0] == link_id
+        ids.remove(link_id)
+        if not first:
+            return
+        now = self.now()
+        for t in list(self.topics.values()):
+            t.router_down(router_id, now)  # what was in flight on it is lost
+        if ids:
+            for t in list(self.topics.values()):
+                t.router_up(router_id, now)  # another connection takes over, re-synchronised
+        else:
+            del self.channels[router_id]
+
+    def receive(self, router_id: str, link_id: int, message: Any) -> None:
+        ids = self.channels.get(router_id)
+        if not ids or ids[0] != link_id:
+            return  # not the channel in use (FIFO is per channel)
+        if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
+            log.warning("undecodable guaranteed-topic message from %r dropped", router_id)
+            return
+        name = message["topic"]
+        if self.guarantee_of(name) is None and name not in self.topics:
+            log.warning("router %r speaks of %r, which has no guarantee here", router_id, name)
+            return
+        t = self.topic(name)
+        assert t is not None
+        t.receive(router_id, message, self.now())
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {
+            name: {
+                "origin_records": len(t.origin_records()),
+                "local_records": len(t.local_records()),
+                "subscribers": len(t.attached_subscribers()),
+                "publishers": len(t.attached_publishers()),
+            }
+            for name, t in self.topics.items()
+        }
+
+
+def _unsettled(value: Any) -> dict[bytes, bool]:
+    """A peer's unsettled map as tag -> has a terminal state (for us: it saw / gave accepted)."""
+    out: dict[bytes, bool] = {}
+    if not isinstance(value, dict):
+        return out
+    for tag, state in value.items():
+        if not isinstance(tag, bytes) or len(tag) > 32:
+            continue
+        code = state_code(encode(state)) if state is not None else 0
+        out[tag] = code in TERMINAL
+    return out
+
+
+def _mode(value: Any, default: int) -> int:
+    if value is None or not 0 <= int(value) <= 2:
+        return default
+    return int(value)
