@@ -240,12 +240,15 @@ def run_load(
     listen: bool = False,
     send_port: int | None = None,
     durable: bool = False,
+    recv_ports: list[int] | None = None,
+    attach_wait: float = 0.0,
 ) -> Run:
     """Start the receiver(s), then the sender; wait (bounded) for all of them. The sender
-    connects to `send_port` when given (another router of a mesh), else to `port`."""
-    timeout = 30 + count / 5000 + (count / rate if rate else 0)
-    load, sport = str(cfg.load), str(port)
-    recv = [load, "recv", HOST, sport, addr, str(count), str(cfg.credit), str(cfg.body)]
+    connects to `send_port` when given (another router of a mesh), else to `port`; receiver i
+    to recv_ports[i] when given."""
+    timeout = 30 + count / 1000 + (count / rate if rate else 0)
+    load = str(cfg.load)
+    ports = recv_ports or [port]
     send = [load, "send", HOST, str(send_port or port), addr, str(count), str(cfg.body)]
     send.append(str(int(presettled)))
     send.append(str(rate))
@@ -253,7 +256,9 @@ def run_load(
     # AMQP_LOAD_DURABLE: the clients ask for unsettled-state durability (our copy of the tool)
     env = {**os.environ, "AMQP_LOAD_DURABLE": "1"} if durable else None
     try:
-        for _ in range(receivers):
+        for i in range(receivers):
+            rport = str(ports[i % len(ports)])
+            recv = [load, "recv", HOST, rport, addr, str(count), str(cfg.credit), str(cfg.body)]
             procs.append(
                 subprocess.Popen(
                     recv + ["listen"] * listen,
@@ -266,7 +271,7 @@ def run_load(
         if listen:
             wait_listening(port, procs[0], 5.0)
         else:
-            time.sleep(ATTACH_WAIT_S)
+            time.sleep(attach_wait or ATTACH_WAIT_S)
         procs.append(
             subprocess.Popen(
                 send, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
@@ -448,6 +453,49 @@ class Bench:
             return Row(name, note=str(e))
         return row
 
+    def triangle(self, name: str, spec: str, *, count: int, store: str | None = None) -> Row:
+        """Routers A, B, C connected to each other; the sender on A, one receiver on each;
+        the address entry `bench.t=<spec>` (multicast, maybe with a guarantee)."""
+        base = self.direct(False)
+        ports = [free_port() for _ in range(3)]
+        args: list[list[str]] = []
+        for i, rid in enumerate("ABC"):
+            opts = ["--id", rid, "--inter-router-listen", f"{HOST}:{ports[i]}"]
+            if i:
+                opts += ["--inter-router-connect", ",".join(f"{HOST}:{p}" for p in ports[:i])]
+            opts += ["--address", f"bench.t={spec}"]
+            if store:
+                opts += ["--store", store, "--store-path", str(self.cfg.logs / f"{name}-{rid}")]
+            args.append(opts)
+        try:
+            with (
+                Router(self.cfg.logs, name + " A", *args[0]) as a,
+                Router(self.cfg.logs, name + " B", *args[1]) as b,
+                Router(self.cfg.logs, name + " C", *args[2]) as c,
+            ):
+                time.sleep(MESH_FORM_S * 2)
+                runs = []
+                for i in range(self.cfg.repeat):
+                    cpu0 = a.cpu_s() + b.cpu_s() + c.cpu_s()
+                    run = run_load(
+                        self.cfg,
+                        a.port,
+                        f"bench.t.{i}",
+                        count=count,
+                        receivers=3,
+                        recv_ports=[a.port, b.port, c.port],
+                        attach_wait=MESH_FORM_S * 1.5,  # subscribers known everywhere first
+                    )
+                    for r in (a, b, c):
+                        r.check()
+                    run.router_cpu_s = a.cpu_s() + b.cpu_s() + c.cpu_s() - cpu0
+                    runs.append(run)
+                row = self.median(name, runs, base, receivers=3)
+                row.router_rss_mib = (a.rss_kib() + b.rss_kib() + c.rss_kib()) / 1024
+        except BenchError as e:
+            return Row(name, note=str(e))
+        return row
+
     def idle(
         self, name: str, warm: tuple[int, int], load: tuple[int, int]
     ) -> tuple[Row, dict[str, Any]]:
@@ -576,6 +624,25 @@ def multicast(b: Bench) -> Row:
     return row
 
 
+def pubsub(guarantee: str | None, store: str | None = None) -> Callable[[Bench], Row]:
+    """Issue 5: 1 publisher -> 3 subscribers on 3 routers (a triangle), plain multicast or a
+    topic with a guarantee. Guaranteed topics run the protocol of router/eo in Python per
+    message (docs/exactly-once.md), so they get fewer messages."""
+
+    def scenario(b: Bench) -> Row:
+        what = guarantee or "plain multicast"
+        name = f"1→3 on 3 routers, {what}" + (f", {store} store" if store else "")
+        spec = "multicast" + (f",{guarantee}" if guarantee else "")
+        count = b.cfg.count if guarantee is None else min(b.cfg.count, 20_000)
+        row = b.triangle(name, spec, count=count, store=store)
+        row.note = row.note or (
+            f"msg/s in ({count:,} msgs); CPU and RSS of the 3 routers; receivers settle first"
+        )
+        return row
+
+    return scenario
+
+
 def latency(b: Bench) -> Row:
     rate = b.cfg.rate
     row = b.through_router(f"one-hop unsettled @{rate}/s", rate=rate)
@@ -637,6 +704,10 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "memory-durable": durable_links("memory"),
     "lmdb-durable": durable_links("lmdb"),
     "leveldb-durable": durable_links("leveldb"),
+    "mesh-multicast": pubsub(None),
+    "mesh-at-least-once": pubsub("at-least-once"),
+    "mesh-exactly-once": pubsub("exactly-once"),
+    "mesh-exactly-once-lmdb": pubsub("exactly-once", "lmdb"),
     "latency": latency,
     "idle-conn": idle_connections,
     "idle-link": idle_links,
