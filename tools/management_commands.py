@@ -409,6 +409,28 @@ def nodes(ctx: click.Context, **given: Any) -> None:
     _show(ctx, given, "node", "Mesh routers", NODE_COLUMNS, "no other routers (standalone)")
 
 
+# -- topics ------------------------------------------------------------------------------------
+
+TOPIC_COLUMNS: list[Column] = [
+    ("topic", "name", _text),
+    ("guarantee", "guarantee", _text),
+    ("publishers", "publishers", _text),
+    ("subscribers", "subscribers", _text),
+    ("known", "known_subscribers", _text),
+    ("origin records", "origin_records", _text),
+    ("local records", "local_records", _text),
+    ("peers", "peers", _text),
+]
+
+
+@click.command()
+@connection_options
+@click.pass_context
+def topics(ctx: click.Context, **given: Any) -> None:
+    """Topics with a guarantee: their links here and the records this router holds."""
+    _show(ctx, given, "topic", "Guaranteed topics", TOPIC_COLUMNS, "no guaranteed topics")
+
+
 # -- termini -----------------------------------------------------------------------------------
 
 TERMINUS_COLUMNS: list[Column] = [
@@ -556,4 +578,4 @@ def manage(
     _with_client(settings, work)
 
 
-COMMANDS = (links, addresses, connections, nodes, termini, stats, manage)
+COMMANDS = (links, addresses, connections, nodes, topics, termini, stats, manage)

@@ -154,6 +154,19 @@ def test_nodes(router: Any) -> None:
     assert ok("nodes", "--url", r.url).stdout.strip() == "no other routers (standalone)"
 
 
+def test_topics(router: Any, blocking: Any) -> None:
+    # issue 5: a guaranteed topic with one proton subscriber and no records
+    r = router(addresses={"events": "multicast,exactly-once"})
+    assert ok("topics", "--url", r.url).stdout.strip() == "no guaranteed topics"
+    conn = blocking(r.url)
+    conn.create_receiver("events.audit", credit=5)
+    rows = ok("topics", "--url", r.url, "--json").json()
+    assert [
+        (row["name"], row["guarantee"], row["subscribers"], row["origin_records"]) for row in rows
+    ] == [("events.audit", "exactly-once", 1, 0)]
+    assert "events.audit" in ok("topics", "--url", r.url).stdout
+
+
 def test_nodes_of_a_mesh(router: Any) -> None:
     from tests.harness import free_port
 
