@@ -15,10 +15,15 @@ state machines decide:
   the store in one transaction, and only then are the outputs (transfers, dispositions,
   inter-router messages) applied, in order. Nothing leaves the router before the records it
   depends on.
-* **Channels.** Inter-router messages travel on the mesh's control link to a directly
-  connected router (`Mesh.send_eo`); a router's channel is up while its inter-router
-  connection's control links are. Guaranteed topics therefore need the routers that carry them
-  connected to each other (a full mesh); docs/exactly-once.md says why.
+* **Channels.** The protocol wants one FIFO channel per pair of routers that loses what was in
+  flight when it breaks, both ends being told (docs/exactly-once.md, decision 3). Here a channel
+  to router R is the mesh's route to R: messages go in an envelope on the control link to the
+  next hop toward R, and every router on the way passes them on. A channel is up while the
+  mesh has a route to R. Each envelope carries the channel's epoch and a sequence number:
+  a new route, a gap or a reordering resets the channel (`router_down` then `router_up`) under
+  a higher epoch, which the other end adopts when it sees it; envelopes of an older epoch are
+  dropped. So whatever the mesh does to a message in flight, each end sees a FIFO channel
+  that at worst breaks.
 * **Links.** A publisher is identified by (container-id, link name) and a subscriber likewise;
   a subscriber attachment gets a fresh id from its `TopicRouter`. The router answers a
   re-attaching link with the unsettled map AMQP 1.0 §2.6.13 asks for, computed from the
@@ -49,6 +54,20 @@ ACCEPTED_STATE = Described(ULong(ACCEPTED), [])
 PUBLISHER_WINDOW = 500  # unaccepted deliveries a publisher may have in flight per link
 TICK = 0.25  # seconds between TopicRouter ticks (PING barrier, ASK, timeouts)
 TOPIC_MARK = b"eot/"  # store: one key per topic with records, to find them at start
+
+
+@dataclass(eq=False)
+class _Channel:
+    """The FIFO channel to one other router (see the module doc)."""
+
+    epoch: int
+    link_id: int | None = None  # the next hop toward the router; None: unreachable (down)
+    out_n: int = 0  # sequence number of the next envelope we send in this epoch
+    in_n: int = 0  # the one we expect
+
+    @property
+    def up(self) -> bool:
+        return self.link_id is not None
 
 
 @dataclass(eq=False)
@@ -141,7 +160,7 @@ class Guarantees:
         self.pubs: dict[tuple[str, Pub], _Pub] = {}
         self.subs: dict[AttId, _Sub] = {}
         self.by_link: dict[Link, _Pub | _Sub] = {}
-        self.channels: dict[str, list[int]] = {}  # router id -> up connections, first in use
+        self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
         self.writes: dict[bytes, bytes | None] = {}
         self.outputs: list[tuple[Any, ...]] = []
         self.scheduled = False
@@ -200,7 +219,7 @@ class Guarantees:
         self.topics[name] = t
         self.ports[name] = port
         now = self.now()
-        for router_id in sorted(self.channels):
+        for router_id in self.up_routers():
             t.router_up(router_id, now)
         log.info("guaranteed topic %r (%s)", name, mode)
         return t
@@ -248,9 +267,18 @@ class Guarantees:
     # -- outputs -------------------------------------------------------------------------------
 
     def _out_to_router(self, router_id: str, message: dict[str, Any]) -> None:
-        ids = self.channels.get(router_id)
-        if ids and self.core.mesh is not None:
-            self.core.mesh.send_eo(ids[0], message)
+        ch = self.channels.get(router_id)
+        if ch is None or ch.link_id is None or self.core.mesh is None:
+            return  # down: lost, as a broken channel loses what it carried
+        envelope = {
+            "to": router_id,
+            "from": self.router_id,
+            "e": ch.epoch,
+            "n": ch.out_n,
+            "m": message,
+        }
+        ch.out_n += 1
+        self.core.mesh.send_eo(ch.link_id, envelope)
 
     def _out_deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
         s = self.subs.get(att)
@@ -472,45 +500,90 @@ class Guarantees:
 
     # -- the mesh (router/inter_router.py) -----------------------------------------------------
 
-    def peer_up(self, router_id: str, link_id: int) -> None:
-        ids = self.channels.setdefault(router_id, [])
-        ids.append(link_id)
-        if len(ids) == 1:
-            now = self.now()
-            for t in list(self.topics.values()):
-                t.router_up(router_id, now)
+    def up_routers(self) -> list[str]:
+        return sorted(rid for rid, ch in self.channels.items() if ch.up)
 
-    def peer_down(self, router_id: str, link_id: int) -> None:
-        ids = self.channels.get(router_id)
-        if not ids or link_id not in ids:
+    def route(self, router_id: str, link_id: int | None) -> None:
+        """The mesh's next hop toward `router_id` changed (None: unreachable)."""
+        ch = self.channels.get(router_id)
+        now = self.now()
+        if link_id is None:
+            if ch is not None and ch.up:
+                log.info("guaranteed topics: channel to %r down (no route)", router_id)
+                ch.link_id = None
+                for t in list(self.topics.values()):
+                    t.router_down(router_id, now)
             return
-        first = ids[0] == link_id
-        ids.remove(link_id)
-        if not first:
+        if ch is None:
+            # a first epoch above any a previous run of ours used with this router
+            ch = self.channels[router_id] = _Channel(epoch=time.time_ns() // 1_000_000)
+        elif ch.link_id == link_id:
             return
+        else:
+            if ch.up:
+                for t in list(self.topics.values()):
+                    t.router_down(router_id, now)  # a new route: what was in flight may be lost
+            ch.epoch += 1
+        log.info(
+            "guaranteed topics: channel to %r via [C%d], epoch %d", router_id, link_id, ch.epoch
+        )
+        self._open(router_id, ch, link_id, now)
+
+    def _open(self, router_id: str, ch: _Channel, link_id: int, now: float) -> None:
+        ch.link_id = link_id
+        ch.out_n = ch.in_n = 0
+        for t in list(self.topics.values()):
+            t.router_up(router_id, now)
+
+    def _reset(self, router_id: str, ch: _Channel, epoch: int) -> None:
+        """Break the channel and open it again under `epoch`."""
+        assert ch.link_id is not None
         now = self.now()
         for t in list(self.topics.values()):
-            t.router_down(router_id, now)  # what was in flight on it is lost
-        if ids:
-            for t in list(self.topics.values()):
-                t.router_up(router_id, now)  # another connection takes over, re-synchronised
-        else:
-            del self.channels[router_id]
+            t.router_down(router_id, now)
+        ch.epoch = epoch
+        self._open(router_id, ch, ch.link_id, now)
 
-    def receive(self, router_id: str, link_id: int, message: Any) -> None:
-        ids = self.channels.get(router_id)
-        if not ids or ids[0] != link_id:
-            return  # not the channel in use (FIFO is per channel)
+    def receive(self, envelope: Any) -> None:
+        """An envelope from the control link: ours, or to pass on toward its router."""
+        if not isinstance(envelope, dict):
+            log.warning("undecodable guaranteed-topic envelope dropped")
+            return
+        to, src, e, n = (envelope.get(k) for k in ("to", "from", "e", "n"))
+        if not (isinstance(to, str) and isinstance(src, str)):
+            log.warning("guaranteed-topic envelope without to/from dropped")
+            return
+        if to != self.router_id:
+            mesh = self.core.mesh
+            hop = mesh.next_hop.get(to) if mesh is not None else None
+            if hop is not None and mesh is not None:
+                mesh.send_eo(hop, envelope)  # relayed as it came: order kept hop by hop
+            return
+        ch = self.channels.get(src)
+        if ch is None or not ch.up or not isinstance(e, int) or not isinstance(n, int):
+            return  # no route back (yet): the channel opens, and re-synchronises, with it
+        if e < ch.epoch:
+            return  # from before a reset
+        if e > ch.epoch:
+            # the other end reset the channel: so do we, in its epoch; it starts at 0
+            self._reset(src, ch, e)
+        if n != ch.in_n:
+            # a gap or a reordering: break the channel
+            log.info("guaranteed topics: channel to %r reset (got #%d, not #%d)", src, n, ch.in_n)
+            self._reset(src, ch, ch.epoch + 1)
+            return
+        ch.in_n += 1
+        message = envelope.get("m")
         if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
-            log.warning("undecodable guaranteed-topic message from %r dropped", router_id)
+            log.warning("undecodable guaranteed-topic message from %r dropped", src)
             return
         name = message["topic"]
         if self.guarantee_of(name) is None and name not in self.topics:
-            log.warning("router %r speaks of %r, which has no guarantee here", router_id, name)
+            log.warning("router %r speaks of %r, which has no guarantee here", src, name)
             return
         t = self.topic(name)
         assert t is not None
-        t.receive(router_id, message, self.now())
+        t.receive(src, message, self.now())
 
     # -- introspection -------------------------------------------------------------------------
 

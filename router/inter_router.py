@@ -296,14 +296,14 @@ class Mesh:
 
     def _dispatch(self, peer: Peer, message: Any) -> None:
         if isinstance(message, dict) and message.get("op") == EO_OP:
-            # a guaranteed topic's message (router/guarantee.py), on the same FIFO link
-            self.core.guarantees.receive(peer.router_id, peer.link_id, message.get("m"))
+            # a guaranteed topic's envelope (router/guarantee.py), to us or to pass on
+            self.core.guarantees.receive(message.get("m"))
             return
         assert self.loop is not None
         self.engine.receive(peer.link_id, message, self.loop.time())
 
     def send_eo(self, link_id: int, message: dict[str, Any]) -> None:
-        """A guaranteed topic's message to the router at the other end of `link_id`."""
+        """A guaranteed topic's envelope to the neighbour at the other end of `link_id`."""
         self.send(link_id, {"op": EO_OP, "m": message})
 
     def on_closed(self, conn: Connection) -> None:
@@ -318,7 +318,6 @@ class Mesh:
         log.info("[C%d] inter-router connection to %r closed", conn.conn_id, peer.router_id)
         if peer.up:
             self.engine.link_down(peer.link_id)
-            self.core.guarantees.peer_down(peer.router_id, peer.link_id)
         self._apply()
 
     def _maybe_up(self, peer: Peer) -> None:
@@ -326,7 +325,6 @@ class Mesh:
             return
         peer.up = True
         self.engine.link_up(peer.link_id, peer.cost)
-        self.core.guarantees.peer_up(peer.router_id, peer.link_id)
         assert self.loop is not None
         for message in peer.early:
             self._dispatch(peer, message)
@@ -375,6 +373,7 @@ class Mesh:
             self.next_hop.pop(router_id, None)
         else:
             self.next_hop[router_id] = link_id
+        self.core.guarantees.route(router_id, link_id)  # its channel follows the route
         self._dirty.update(self.held_by.get(router_id, ()))
 
     def set_cost(self, router_id: str, cost: int | None) -> None:

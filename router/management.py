@@ -861,7 +861,7 @@ class ManagementNode:
                 "known_subscribers": len(t.view.known),
                 "origin_records": len(t.origin_records()),
                 "local_records": len(t.local_records()),
-                "peers": sorted(g.channels),
+                "peers": g.up_routers(),
             }
             for name, t in sorted(g.topics.items())
         ]

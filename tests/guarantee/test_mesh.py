@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 from typing import Any
 
 import pytest
@@ -22,25 +23,37 @@ TOPIC = "events"
 DURABLE = os.environ.get("QROUTER_STORE", "memory") != "memory"
 
 
-class Triangle:
-    """Routers A, B, C, each connected to the other two, on fixed ports so that a killed one
-    restarts where its neighbours and clients look for it, on the same store."""
+class Routers:
+    """Routers (by default A, B, C, each connected to the other two) on fixed ports, so that a
+    killed one restarts where its neighbours and clients look for it, on the same store."""
 
     def __init__(
-        self, router: Any, names: tuple[str, ...] = ("A", "B", "C"), guarantee: str = "exactly-once"
+        self,
+        router: Any,
+        names: tuple[str, ...] = ("A", "B", "C"),
+        guarantee: str = "exactly-once",
+        edges: list[tuple[str, str]] | None = None,
     ) -> None:
         self.make = router
         self.names = names
         self.addresses = {TOPIC: f"multicast,{guarantee}"}
         self.inter = {n: free_port() for n in names}
         self.client = {n: free_port() for n in names}
+        # (a, b): b connects to a; by default every pair (a full mesh)
+        self.edges = edges or [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
         self.r: dict[str, Any] = {}
-        for i, n in enumerate(names):
-            self.start(n, connect=[self.inter[m] for m in names[:i]])
+        for n in names:
+            self.start(n, first=True)
 
-    def start(self, name: str, connect: list[int] | None = None) -> None:
-        if connect is None:
-            connect = [self.inter[m] for m in self.names if m != name]
+    def start(self, name: str, first: bool = False) -> None:
+        # at first start a router connects to those started before it; restarted, to all its
+        # neighbours (they keep trying too, either way meets)
+        started = self.names[: self.names.index(name)]
+        connect = [
+            self.inter[a if b == name else b]
+            for a, b in self.edges
+            if name in (a, b) and (not first or (a if b == name else b) in started)
+        ]
         self.r[name] = self.make(
             name,
             cls=MeshRouter,
@@ -63,7 +76,7 @@ class Triangle:
         return [self.url(n) for n in self.names]
 
 
-async def wait_subscribers_known(tri: Triangle, n: int, timeout: float = 30.0) -> None:
+async def wait_subscribers_known(tri: Routers, n: int, timeout: float = 30.0) -> None:
     """Until every router knows all `n` subscribers (they are then owed every message)."""
 
     async def known() -> list[int]:
@@ -100,7 +113,7 @@ def check_exactly_once(pubs: list[Publisher], subs: list[Subscriber]) -> None:
 
 
 async def drained(
-    tri: Triangle, pubs: list[Publisher], subs: list[Subscriber], timeout: float
+    tri: Routers, pubs: list[Publisher], subs: list[Subscriber], timeout: float
 ) -> None:
     """Until publishers have nothing unsettled, subscribers nothing unsettled, routers no
     records."""
@@ -130,7 +143,7 @@ def test_triangle_every_subscriber_gets_every_message_once(router: Any, guarante
     # at-least-once: clients settle first (receiver-settle-mode first); with no fault there is
     # nothing to duplicate either
     eo = guarantee == "exactly-once"
-    tri = Triangle(router, guarantee=guarantee)
+    tri = Routers(router, guarantee=guarantee)
 
     async def scenario() -> None:
         subs = [
@@ -151,6 +164,64 @@ def test_triangle_every_subscriber_gets_every_message_once(router: Any, guarante
     run(scenario(), timeout=120)
 
 
+def test_chain_relays_the_protocol_through_the_middle_router(router: Any) -> None:
+    # A - B - C, no A - C connection: B passes A's and C's messages on (docs/exactly-once.md,
+    # "In the router": channels follow the mesh's routes)
+    tri = Routers(router, edges=[("A", "B"), ("B", "C")])
+
+    async def scenario() -> None:
+        subs = [
+            await Subscriber.start([tri.url("A")], "sub-A", TOPIC),
+            await Subscriber.start([tri.url("C")], "sub-C", TOPIC),
+        ]
+        await wait_subscribers_known(tri, len(subs))
+        pubs = [await Publisher.start([tri.url("C")], "pub-C", TOPIC)]
+        await pubs[0].publish(200)
+        await drained(tri, pubs, subs, 30)
+        check_exactly_once(pubs, subs)
+        rows = await asyncio.to_thread(topic_rows, tri.url("A"))
+        assert rows[0]["peers"] == ["B", "C"], "A reaches C through B"
+        for c in pubs + subs:
+            await c.close()
+
+    run(scenario(), timeout=120)
+
+
+def test_square_relay_lost_channel_moves_to_the_other_path(router: Any) -> None:
+    # A - B - D and A - C - D: the subscriber on D, the publisher on A; B (A's route to D, the
+    # lower id wins the tie) is SIGKILLed mid-stream; the channel A - D resets on the new route
+    # through C and nothing is lost or doubled
+    tri = Routers(
+        router,
+        names=("A", "B", "C", "D"),
+        edges=[("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")],
+    )
+
+    async def scenario() -> None:
+        subs = [
+            await Subscriber.start([tri.url("D")], "sub-D", TOPIC),
+            await Subscriber.start([tri.url("A")], "sub-A", TOPIC),
+        ]
+        await wait_subscribers_known(tri, len(subs))
+        pub = await Publisher.start([tri.url("A")], "pub-A", TOPIC, window=10)
+        task = asyncio.get_running_loop().create_task(pub.publish(600, pace=0.005))
+        await wait_until(lambda: pub.sent > 150, 30, lambda: f"sent {pub.sent}")
+        tri.r["B"].kill()
+        await task
+        live = Routers.__new__(Routers)  # the routers still running, for the drain checks
+        live.names, live.client = ("A", "C", "D"), tri.client
+        await drained(live, [pub], subs, 60)
+        check_exactly_once([pub], subs)
+        for c in [pub, *subs]:
+            await c.close()
+
+    run(scenario(), timeout=150)
+    # the channel A -> D went through B, then moved to C
+    hops = re.findall(r"channel to 'D' via \[C(\d+)\], epoch (\d+)", tri.r["A"].log_text())
+    assert len(hops) >= 2 and hops[-1][0] != hops[0][0], hops
+    assert int(hops[-1][1]) > int(hops[0][1]), "the new route opened a later epoch"
+
+
 @pytest.mark.skipif(
     not DURABLE,
     reason="routers restart on their store: runs in the lmdb and leveldb tox envs (QROUTER_STORE)",
@@ -164,7 +235,7 @@ def test_chaos_routers_killed_and_restarted_exactly_once(router: Any) -> None:
     seed = int(os.environ.get("QROUTER_CHAOS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     print(f"chaos seed {seed} (QROUTER_CHAOS_SEED={seed} reproduces the schedule of kills)")
-    tri = Triangle(router)
+    tri = Routers(router)
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
