@@ -4,15 +4,21 @@ topic's records (issue 5)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 import time
 from typing import Any
 
+import pytest
 from proton import Delivery, Message, Timeout
 from proton.utils import BlockingConnection
 
-from tests.guarantee.common import topic_rows
-from tests.harness import retry
+from router.client import Client
+from router.client import Message as ClientMessage
+from tests.client.conftest import run
+from tests.guarantee.common import topic_rows, wait_until
+from tests.harness import free_port, retry
 
 TOPIC = "events"
 
@@ -83,3 +89,56 @@ def test_topic_without_subscribers_accepts_at_once(router: Any) -> None:
         (TOPIC, "at-least-once", 0)
     ]
     pub.close()
+
+
+@pytest.mark.skipif(
+    os.environ.get("QROUTER_STORE", "memory") == "memory",
+    reason="a restart keeps records only on a durable store: runs in the lmdb and leveldb tox "
+    "envs (QROUTER_STORE)",
+)
+def test_restart_recovers_the_records_then_clients_finish(router: Any) -> None:
+    # messages published, not yet accepted (the subscriber holds them); SIGKILL; the restarted
+    # router has the origin records back before the clients return, then everything completes
+    port = free_port()
+    r = router("r", listeners=[{"port": port}], addresses={TOPIC: "multicast,exactly-once"})
+    url = r.url
+    n = 5
+
+    async def scenario() -> None:
+        slow = {"backoff": (2.0, 2.0), "reconnect_timeout": 60.0, "connect_timeout": 3.0}
+        subc = await Client.connect(url, "sub", **slow)
+        receiver = await subc.receiver(TOPIC, "sub", exactly_once=True, credit=20)
+        await wait_until(
+            lambda: [row["subscribers"] for row in topic_rows(url)] == [1], 10, lambda: "sub"
+        )
+        pubc = await Client.connect(url, "pub", **slow)
+        sender = await pubc.sender(TOPIC, "pub", exactly_once=True)
+        futs = [sender.submit(ClientMessage(body=f"m{i}")) for i in range(n)]
+        held = [await receiver.receive(timeout=10) for _ in range(n)]
+        assert sorted(h.message.body for h in held) == [f"m{i}" for i in range(n)]
+        assert not any(f.done() for f in futs), "nothing accepted before the subscriber did"
+        r.kill()
+        r2 = await asyncio.to_thread(
+            router, "r", listeners=[{"port": port}], addresses={TOPIC: "multicast,exactly-once"}
+        )
+        rows = await asyncio.to_thread(topic_rows, r2.url)
+        assert [(row["origin_records"], row["publishers"]) for row in rows] == [(n, 0)], rows
+        # the clients come back (2 s backoff) and resume: the held messages are not yielded
+        # again; accepting them completes every delivery
+        for h in held:
+            await h.accept()
+        outcomes = await asyncio.wait_for(asyncio.gather(*futs), 30)
+        assert {o.state for o in outcomes} == {"accepted"}
+        await wait_until(
+            lambda: (
+                [(row["origin_records"], row["local_records"]) for row in topic_rows(url)]
+                == [(0, 0)]
+            ),
+            30,
+            lambda: f"records: {topic_rows(url)}",
+        )
+        assert receiver._queue.empty(), "a message was yielded twice"
+        await pubc.close()
+        await subc.close()
+
+    run(scenario(), timeout=90)
