@@ -163,6 +163,7 @@ class Guarantees:
         self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
         self.writes: dict[bytes, bytes | None] = {}
         self.outputs: list[tuple[Any, ...]] = []
+        self.batches: dict[int, list[dict[str, Any]]] = {}  # next hop -> envelopes to send
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -263,6 +264,16 @@ class Guarantees:
                     getattr(self, "_out_" + output[0])(*output[1:])
                 except Exception:  # noqa: BLE001 - one bad output must not stop the others
                     log.exception("guaranteed topics: applying %s failed", output[0])
+        if self.batches:
+            # one control message per next hop and loop iteration, envelopes in order
+            batches, self.batches = self.batches, {}
+            if self.core.mesh is not None:
+                for link_id, envelopes in batches.items():
+                    self.core.mesh.send_eo(link_id, envelopes)
+
+    def _send(self, link_id: int, envelope: dict[str, Any]) -> None:
+        self.batches.setdefault(link_id, []).append(envelope)
+        self.schedule()
 
     # -- outputs -------------------------------------------------------------------------------
 
@@ -278,7 +289,7 @@ class Guarantees:
             "m": message,
         }
         ch.out_n += 1
-        self.core.mesh.send_eo(ch.link_id, envelope)
+        self._send(ch.link_id, envelope)
 
     def _out_deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
         s = self.subs.get(att)
@@ -544,6 +555,14 @@ class Guarantees:
         ch.epoch = epoch
         self._open(router_id, ch, ch.link_id, now)
 
+    def receive_batch(self, envelopes: Any) -> None:
+        """A control message of envelopes (one per next hop and loop iteration)."""
+        if not isinstance(envelopes, list):
+            log.warning("undecodable guaranteed-topic batch dropped")
+            return
+        for envelope in envelopes:
+            self.receive(envelope)
+
     def receive(self, envelope: Any) -> None:
         """An envelope from the control link: ours, or to pass on toward its router."""
         if not isinstance(envelope, dict):
@@ -556,8 +575,8 @@ class Guarantees:
         if to != self.router_id:
             mesh = self.core.mesh
             hop = mesh.next_hop.get(to) if mesh is not None else None
-            if hop is not None and mesh is not None:
-                mesh.send_eo(hop, envelope)  # relayed as it came: order kept hop by hop
+            if hop is not None:
+                self._send(hop, envelope)  # relayed as it came: order kept hop by hop
             return
         ch = self.channels.get(src)
         if ch is None or not ch.up or not isinstance(e, int) or not isinstance(n, int):

@@ -296,15 +296,15 @@ class Mesh:
 
     def _dispatch(self, peer: Peer, message: Any) -> None:
         if isinstance(message, dict) and message.get("op") == EO_OP:
-            # a guaranteed topic's envelope (router/guarantee.py), to us or to pass on
-            self.core.guarantees.receive(message.get("m"))
+            # a guaranteed topic's envelopes (router/guarantee.py), to us or to pass on
+            self.core.guarantees.receive_batch(message.get("m"))
             return
         assert self.loop is not None
         self.engine.receive(peer.link_id, message, self.loop.time())
 
-    def send_eo(self, link_id: int, message: dict[str, Any]) -> None:
-        """A guaranteed topic's envelope to the neighbour at the other end of `link_id`."""
-        self.send(link_id, {"op": EO_OP, "m": message})
+    def send_eo(self, link_id: int, envelopes: list[dict[str, Any]]) -> None:
+        """Guaranteed topics' envelopes to the neighbour at the other end of `link_id`."""
+        self.send(link_id, {"op": EO_OP, "m": envelopes})
 
     def on_closed(self, conn: Connection) -> None:
         peer: Peer | None = conn.info if isinstance(conn.info, Peer) else None
