@@ -1,9 +1,9 @@
 """The delivery journal writer: Parquet segments of delivery events, written off the hot path.
 
-The engine collects delivery events column-wise (one Python list per column) and hands a batch
-over with `JournalWriter.append_batch` about once per loop iteration. The writer samples the
-batch (by a hash of ``origin``, so every router keeps or drops the same deliveries), then a
-background thread turns batches into Arrow row groups and writes them to the current segment::
+The engine gathers delivery events in column buffers (router/_fast/journal.pxi) and hands a
+batch over with `JournalWriter.append_buffers` about twice a second, or every 65,536 rows;
+tools and tests give Python lists with `append_batch`. A background thread wraps the buffers
+as Arrow arrays (without copying them) and writes them as row groups of the current segment::
 
     <dir>/<router_id>-<start_ns>-<seq>.parquet
 
@@ -23,12 +23,15 @@ import queue
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-# Column name -> Arrow type name, in file order. `router` is filled in by the writer.
+# Column name -> Arrow type name, in file order. `router` is filled in by the writer. A
+# delivery's origin is `origin_prefix` + `origin_tag` in hex (see `origin_id`): stored in two
+# parts, the prefix takes a few bits per row (dictionary-encoded) and nothing is formatted.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("time_ns", "int64"),
     ("router", "string"),
@@ -36,13 +39,30 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("link", "string"),
     ("address", "string"),
     ("tag", "binary"),
-    ("origin", "string"),
+    ("origin_prefix", "string"),
+    ("origin_tag", "binary"),
     ("event", "string"),
     ("outcome", "string"),
     ("size", "int32"),
     ("credit_stall_ns", "int64"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+NULLABLE = frozenset({"origin_prefix", "outcome", "credit_stall_ns"})
+# Columns written dictionary-encoded: few distinct values, so a row costs a few bits.
+DICTIONARY = frozenset({"router", "link", "address", "origin_prefix", "event", "outcome"})
+# append_batch's columns (origin as one string: origin_id's form).
+BATCH_COLUMNS = (
+    "time_ns",
+    "connection",
+    "link",
+    "address",
+    "tag",
+    "origin",
+    "event",
+    "outcome",
+    "size",
+    "credit_stall_ns",
+)
 REQUIRED = ("time_ns", "connection", "link", "address", "tag", "origin", "event")
 OPTIONAL_DEFAULTS: dict[str, Any] = {"outcome": None, "size": 0, "credit_stall_ns": None}
 
@@ -65,7 +85,7 @@ class JournalError(RuntimeError):
 
 
 def schema() -> Any:
-    """The journal's Arrow schema (``pyarrow.Schema``)."""
+    """The journal's Arrow schema (``pyarrow.Schema``), as readers see the files."""
     import pyarrow as pa
 
     types = {
@@ -74,10 +94,24 @@ def schema() -> Any:
         "string": pa.string(),
         "binary": pa.binary(),
     }
-    nullable = {"outcome", "credit_stall_ns"}
     return pa.schema(
-        [pa.field(name, types[kind], nullable=name in nullable) for name, kind in COLUMNS]
+        [pa.field(name, types[kind], nullable=name in NULLABLE) for name, kind in COLUMNS]
     )
+
+
+def _write_schema() -> Any:
+    """`schema()` with the dictionary-encoded columns as Arrow dictionaries: the writer hands
+    Parquet the indices and the distinct values, so it does not hash a string per row."""
+    import pyarrow as pa
+
+    small = {"router", "event", "outcome"}  # the engine's int8 codes
+    fields = []
+    for field in schema():
+        if field.name in DICTIONARY:
+            index = pa.int8() if field.name in small else pa.int32()
+            field = field.with_type(pa.dictionary(index, field.type))
+        fields.append(field)
+    return pa.schema(fields)
 
 
 def _quote(part: str) -> str:
@@ -92,6 +126,14 @@ def origin_id(container: str, link: str, tag: bytes) -> str:
     with the message so every router journals the same origin for it.
     """
     return f"{_quote(container)}/{_quote(link)}/{tag.hex()}"
+
+
+def split_origin(origin: str | None) -> tuple[str | None, bytes]:
+    """``origin_id``'s string -> (origin_prefix, origin_tag), as the journal stores it."""
+    if origin is None:
+        return None, b""
+    hex_tag = origin.rpartition("/")[2]
+    return origin[: len(origin) - len(hex_tag)], bytes.fromhex(hex_tag)
 
 
 def sample_threshold(rate: float) -> int:
@@ -125,11 +167,12 @@ _CLOSE = object()
 class JournalWriter:
     """Append delivery events; write them as atomically published Parquet segments.
 
-    ``append_batch`` takes ownership of the lists it is given (don't change them afterwards)
-    and returns quickly: the Arrow conversion and the Parquet encoding happen on a writer
-    thread (``threaded=False`` does them in the caller, for tests and tools). When the writer
-    falls more than ``queue_batches`` batches behind, ``append_batch`` blocks: the journal
-    never drops events silently, because an audit would then report them lost.
+    ``append_buffers`` (the engine's batches) and ``append_batch`` (Python lists) take
+    ownership of what they are given (don't change it afterwards) and return quickly: the
+    Arrow conversion and the Parquet encoding happen on a writer thread (``threaded=False``
+    does them in the caller, for tests and tools). When the writer falls more than
+    ``queue_batches`` batches behind, both block: the journal never drops events silently,
+    because an audit would then report them lost.
     """
 
     def __init__(
@@ -143,7 +186,7 @@ class JournalWriter:
         row_group_rows: int = 65_536,
         compression: str = "snappy",
         threaded: bool = True,
-        queue_batches: int = 4096,
+        queue_batches: int = 16,
         fsync: bool = False,
     ) -> None:
         import pyarrow as pa
@@ -157,7 +200,11 @@ class JournalWriter:
             raise ValueError(f"unusable router id for file names: {router_id!r}")
         self._pa = pa
         self._pq = pq
-        self._schema = schema()
+        self._schema = _write_schema()
+        self._events = pa.array(EVENTS, pa.string())
+        self._outcomes = pa.array(OUTCOMES, pa.string())
+        self._router = pa.array([router_id], pa.string())
+        self._zeros = pa.py_buffer(b"")  # int8 zeros: the `router` column's indices
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.router_id = router_id
@@ -173,8 +220,12 @@ class JournalWriter:
         self.rows_written = 0
         self.rows_sampled_out = 0
         self._seq = 0
-        self._pending: dict[str, list[Any]] = {name: [] for name in COLUMN_NAMES}
+        self._pending: list[Any] = []  # Arrow tables not written yet
         self._pending_rows = 0
+        # The engine's batches in _pending; once written they go to `spare`, where the engine
+        # takes them back to fill again (Router.journal_start): their memory stays mapped.
+        self._held: list[dict[str, Any]] = []
+        self.spare: deque[dict[str, Any]] = deque(maxlen=2)
         self._writer: Any = None
         self._tmp: Path | None = None
         self._final: Path | None = None
@@ -193,18 +244,38 @@ class JournalWriter:
             )
             self._thread.start()
 
+    @property
+    def threshold(self) -> int:
+        """The crc32 bound of the kept origins (``sample_threshold(sample)``)."""
+        return self._threshold
+
     # -- producer side ---------------------------------------------------------------------
 
     def keep(self, origin: str) -> bool:
         """Whether a delivery with this origin is journalled (to skip building its rows)."""
         return self._threshold >= _SAMPLE_SPACE or zlib.crc32(origin.encode()) < self._threshold
 
+    def append_buffers(self, batch: dict[str, Any]) -> None:
+        """Queue a batch of rows the engine gathered (``Router.journal_start``'s sink).
+
+        The batch is the engine's column buffers (router/_fast/journal.pxi ``take``), already
+        sampled: ``rows``; ``time_ns`` (int64), ``link`` and ``origin`` (int32 indices into
+        ``links``, whose entry 0 stands for no origin), ``size`` (int32), ``event`` and
+        ``outcome`` (int8 codes into EVENTS and OUTCOMES, -1 for none); ``tag`` and
+        ``origin_tag`` bytes with their Arrow offsets ``tag_end`` and ``origin_tag_end``;
+        ``sampled_out``, the rows sampling dropped.
+        """
+        self._check()
+        self.rows_sampled_out += batch["sampled_out"]
+        if batch["rows"]:
+            self._put(self._from_buffers, batch)
+
     def append_batch(self, columns: dict[str, list[Any]]) -> None:
         """Queue a batch of events given column-wise: name -> list, all of one length.
 
-        Required: time_ns, connection, link, address, tag, origin, event. Optional (filled
-        in when missing): outcome (None), size (0), credit_stall_ns (None). ``router`` is
-        the writer's router id.
+        Required: time_ns, connection, link, address, tag, origin (``origin_id``'s string),
+        event. Optional (filled in when missing): outcome (None), size (0), credit_stall_ns
+        (None). ``router`` is the writer's router id.
         """
         self._check()
         n = _batch_length(columns)
@@ -223,11 +294,14 @@ class JournalWriter:
                     for name, values in columns.items()
                 }
                 n = kept
+        self._put(self._from_lists, (columns, n))
+
+    def _put(self, convert: Any, batch: Any) -> None:
         if self._queue is not None:
-            self._queue.put((columns, n))
+            self._queue.put((convert, batch))
         else:
             with self._lock:
-                self._on_batch(columns, n)
+                self._on_table(convert(batch))
                 self._rotate_if_due()
 
     def tick(self) -> None:
@@ -306,26 +380,86 @@ class JournalWriter:
                     finally:
                         item.done.set()
                 elif item is not None and self._error is None:
-                    self._on_batch(*item)
+                    convert, batch = item
+                    self._on_table(convert(batch))
                 if self._error is None:
                     self._rotate_if_due()
             except Exception as exc:  # noqa: BLE001 - kept and raised to the producer
                 self._error = exc
                 self._abandon()
 
-    def _on_batch(self, columns: dict[str, list[Any]], n: int) -> None:
+    def _from_buffers(self, batch: dict[str, Any]) -> Any:
+        """The engine's buffers as an Arrow table, without copying them: fixed-width columns,
+        validity bitmaps and the tags' offsets and bytes become Arrow buffers as they are;
+        the string columns are dictionaries of this batch's values indexed by the engine's
+        codes. Only pyarrow calls that do no work per row: the writer thread takes the GIL
+        once or twice per batch, not once per column."""
+        pa = self._pa
+        n = batch["rows"]
+        self._held.append(batch)
+
+        def column(kind: Any, name: str, validity: str | None = None) -> Any:
+            bits = pa.py_buffer(batch[validity]) if validity else None
+            return pa.Array.from_buffers(kind, n, [bits, pa.py_buffer(batch[name])])
+
+        def binary(name: str, validity: str | None) -> Any:
+            bits = pa.py_buffer(batch[validity]) if validity else None
+            ends, data = pa.py_buffer(batch[name + "_end"]), pa.py_buffer(batch[name])
+            return pa.Array.from_buffers(pa.binary(), n, [bits, ends, data])
+
+        def coded(name: str, values: Any, validity: str | None = None) -> Any:
+            indices = column(pa.int32(), name, validity)
+            return pa.DictionaryArray.from_arrays(indices, values, safe=False)
+
+        if self._zeros.size < n:
+            self._zeros = pa.py_buffer(bytes(max(n, 65_536)))
+        router = pa.Array.from_buffers(pa.int8(), n, [None, self._zeros])
+        strings = {
+            key: pa.array(batch[key], pa.string()) for key in ("names", "addresses", "prefixes")
+        }
+        arrays = [
+            column(pa.int64(), "time_ns"),
+            pa.DictionaryArray.from_arrays(router, self._router, safe=False),
+            column(pa.int64(), "connection"),
+            coded("link", strings["names"]),
+            coded("address", strings["addresses"]),
+            binary("tag", None),
+            coded("origin_prefix", strings["prefixes"], "has_origin"),
+            binary("origin_tag", None),  # empty where origin_prefix is null
+            pa.DictionaryArray.from_arrays(column(pa.int8(), "event"), self._events, safe=False),
+            pa.DictionaryArray.from_arrays(
+                column(pa.int8(), "outcome", "has_outcome"), self._outcomes, safe=False
+            ),
+            column(pa.int32(), "size"),
+            pa.nulls(n, pa.int64()),
+        ]
+        return pa.Table.from_arrays(arrays, schema=self._schema)
+
+    def _from_lists(self, batch: tuple[dict[str, list[Any]], int]) -> Any:
+        pa = self._pa
+        columns, n = batch
+        origins = [split_origin(o) for o in columns["origin"]]
+        arrays = []
+        for field in self._schema:
+            name = field.name
+            if name == "router":
+                values: list[Any] = [self.router_id] * n
+            elif name == "origin_prefix":
+                values = [prefix for prefix, _ in origins]
+            elif name == "origin_tag":
+                values = [tag for _, tag in origins]
+            elif name in columns:
+                values = columns[name]
+            else:
+                values = [OPTIONAL_DEFAULTS[name]] * n
+            arrays.append(pa.array(values, field.type))
+        return pa.Table.from_arrays(arrays, schema=self._schema)
+
+    def _on_table(self, table: Any) -> None:
         if self._started is None:
             self._started = time.monotonic()
-        pending = self._pending
-        for name in COLUMN_NAMES:
-            if name == "router":
-                continue
-            values = columns.get(name)
-            if values is None:
-                pending[name].extend([OPTIONAL_DEFAULTS[name]] * n)
-            else:
-                pending[name].extend(values)
-        self._pending_rows += n
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
         if self._pending_rows >= self.row_group_rows:
             self._write_pending()
 
@@ -339,28 +473,32 @@ class JournalWriter:
         n = self._pending_rows
         if n == 0:
             return
-        pa = self._pa
-        arrays = []
-        for field in self._schema:
-            if field.name == "router":
-                arrays.append(pa.array([self.router_id] * n, pa.string()))
-            else:
-                arrays.append(pa.array(self._pending[field.name], field.type))
-        table = pa.Table.from_arrays(arrays, schema=self._schema)
-        self._pending = {name: [] for name in COLUMN_NAMES}
+        pending = self._pending
+        if len(pending) == 1:
+            table = pending[0]
+        else:  # one dictionary per column, so the row group is written as one
+            table = self._pa.concat_tables(pending).unify_dictionaries().combine_chunks()
+        self._pending = []
         self._pending_rows = 0
         offset = 0
+        chunk = None
         while offset < n:
             if self._writer is None:
                 self._open()
             room = self.segment_rows - self._segment_rows_now
             chunk = table.slice(offset, min(room, n - offset))
-            self._writer.write_table(chunk, row_group_size=self.row_group_rows)
+            # row groups of about row_group_rows: 65,540 rows make one, not 65,536 + 4
+            groups = max(1, round(chunk.num_rows / self.row_group_rows))
+            self._writer.write_table(chunk, row_group_size=-(-chunk.num_rows // groups))
             self._segment_rows_now += chunk.num_rows
             self.rows_written += chunk.num_rows
             offset += chunk.num_rows
             if self._segment_rows_now >= self.segment_rows:
                 self._publish()
+        # Nothing views the engine's buffers any more (the engine checks that too)
+        del table, chunk
+        self.spare.extend(self._held)
+        self._held = []
 
     def _open(self) -> None:
         start_ns = time.time_ns()
@@ -368,8 +506,21 @@ class JournalWriter:
         self._seq += 1
         self._final = self.directory / name
         self._tmp = self.directory / f".{name}.tmp"
+        # What a row costs here was measured (docs/journal.md "Cost"): the Arrow schema is
+        # not stored, so readers see plain strings, and the dictionary columns are
+        # dictionary-encoded Parquet (Spark reads them as any string column); time_ns, nearly
+        # sorted, is delta-encoded (1.3 bytes a row, cheaper than compressing it); statistics
+        # only for time_ns (a reader can skip row groups by time): for the tags they cost
+        # about as much as encoding them.
         self._writer = self._pq.ParquetWriter(
-            str(self._tmp), self._schema, compression=self.compression
+            str(self._tmp),
+            self._schema,
+            compression=self.compression,
+            use_dictionary=sorted(DICTIONARY),
+            column_encoding={"time_ns": "DELTA_BINARY_PACKED"},
+            write_statistics=["time_ns"],
+            store_schema=False,
+            write_batch_size=self.row_group_rows,  # a column at a time, not 1,024 values
         )
         self._segment_rows_now = 0
         if self._started is None:
@@ -414,8 +565,9 @@ class JournalWriter:
                 self._tmp.unlink()
             except OSError:
                 pass
-        self._pending = {name: [] for name in COLUMN_NAMES}
+        self._pending = []
         self._pending_rows = 0
+        self._held = []
         self._started = None
 
 
@@ -423,7 +575,7 @@ def _batch_length(columns: Mapping[str, Sequence[Any]]) -> int:
     missing = [name for name in REQUIRED if name not in columns]
     if missing:
         raise ValueError(f"journal batch lacks column(s): {', '.join(missing)}")
-    unknown = [name for name in columns if name not in COLUMN_NAMES or name == "router"]
+    unknown = [name for name in columns if name not in BATCH_COLUMNS]
     if unknown:
         raise ValueError(f"journal batch has unknown column(s): {', '.join(unknown)}")
     lengths = {len(values) for values in columns.values()}

@@ -193,6 +193,7 @@ class Server:
             if self.persistence is not None:
                 self.persistence.mark_alive()
             if self.journal is not None:
+                self.core.engine.journal_flush()  # rows of a quiet second reach the writer
                 self.journal.tick()  # segments rotate by age too
             await asyncio.sleep(1.0)
 
@@ -219,6 +220,7 @@ class Server:
         await asyncio.sleep(0.05)
         if self.journal is not None:
             self.core.engine.flush()
+            self.core.engine.journal_flush()
             self.journal.close()
         if self.persistence is not None:
             self.persistence.mark_alive()
@@ -226,21 +228,14 @@ class Server:
 
 
 def open_journal(config: RouterConfig, core: Core) -> Any:
-    """The delivery journal: the engine gathers event tuples on the data path and hands them
-    over once per loop iteration; the writer turns them into columns and Parquet segments in
-    its own thread (docs/journal.md)."""
-    from router._fast.engine import JOURNAL_COLUMNS
+    """The delivery journal: the engine stores each event in column buffers on the data path
+    (and samples there) and hands them over in batches; the writer wraps them as Arrow
+    columns and writes Parquet segments in its own thread (docs/journal.md)."""
     from router.journal import JournalWriter
 
     assert config.journal is not None
     writer = JournalWriter(config.journal, config.id, sample=config.journal_sample)
-
-    def sink(rows: list[tuple[Any, ...]]) -> None:
-        columns = dict(zip(JOURNAL_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
-        writer.append_batch(columns)
-
-    core.engine.jrows = []
-    core.engine.journal_sink = sink
+    core.engine.journal_start(writer.append_buffers, writer.threshold, writer.spare)
     log.info("journal: %s (sample %.3g)", config.journal, config.journal_sample)
     return writer
 

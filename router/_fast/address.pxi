@@ -298,9 +298,9 @@ cdef int copy_outcome(Delivery out, int code, bytes raw, bint settled) except -1
     out.remote_state = code
     out.remote_state_raw = raw
     if journaling(out.link):
-        jr(out.link, out.tag, inb.origin, "outcome", OUTCOME_NAMES.get(code), 0)
-        if code == D_RELEASED or code == D_MODIFIED:
-            jr(out.link, out.tag, inb.origin, "released-back", None, 0)
+        # released / modified: the delivery returns to the router (it may go out again)
+        jr(out.link, out, inb, J_OUTCOME, journal_outcome(code), 0,
+           J_RELEASED_BACK if code == D_RELEASED or code == D_MODIFIED else -1)
     if inb.copies is None:
         return apply_outcome(inb, code, raw)
     if outcome_rank(code) > outcome_rank(inb.best):
@@ -349,9 +349,8 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
     elif code == D_MODIFIED:
         link.n_modified += 1
     if journaling(link):
-        jr(link, inb.tag, inb.origin, "outcome", OUTCOME_NAMES.get(code), 0)
-        if link.rcv_settle_mode == RCV_FIRST:
-            jr(link, inb.tag, inb.origin, "settled", None, 0)
+        jr(link, inb, inb, J_OUTCOME, journal_outcome(code), 0,
+           J_SETTLED if link.rcv_settle_mode == RCV_FIRST else -1)
     if link.rcv_settle_mode == RCV_FIRST:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, True, raw)
         link.session.unsettled_in.pop(inb.delivery_id, None)
@@ -394,6 +393,10 @@ cdef int settle_out(Delivery out) except -1:
         return 0
     link.session.unsettled_out.pop(out.delivery_id, None)
     link.unsettled_count -= 1
+    if journaling(link):
+        # also when the consumer's settling disposition brought us here (copy_outcome):
+        # the copy is settled now, and on_disposition finds it so
+        jr(link, out, out.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
     if link.durable_key is not None and out.tag is not None:
         j_del(link.conn.router, link.durable_key, out.tag)
     if link.state == LINK_ATTACHED and link.conn.state == CS_OPENED:

@@ -118,6 +118,8 @@ cdef class Connection:
         except Exception as e:
             log.exception("[C%d] internal error", self.conn_id)
             self.fail("amqp:internal-error", f"{type(e).__name__}: {e}")
+        if self.router.jbuf is not None:
+            self.router.jbuf.frame_ns = 0         # a frame that failed: no reading left behind
 
     def start(self, mechanism=None, initial_response=None, hostname=None):
         """Client side: send our protocol header (2.2); with a SASL mechanism, the SASL
@@ -379,13 +381,11 @@ cdef class Connection:
                     tag[1] = (link.next_tag >> 16) & 0xff
                     tag[2] = (link.next_tag >> 8) & 0xff
                     tag[3] = link.next_tag & 0xff
+                    out.jtag = link.next_tag     # the journal's record of it
                     link.next_tag += 1
                     self.out.w_binary(tag, 4)
-                    if self.router.jrows is not None:
-                        out.tag = PyBytes_FromStringAndSize(<char*>tag, 4)
-                if self.router.jrows is not None:
-                    jr(link, out.tag, inb.origin if inb is not None else None, "forwarded",
-                       None, n)
+                if self.router.jbuf is not None:
+                    jr(link, out, inb, J_FORWARDED, J_NO_OUTCOME, n, -1)
                 self.out.w_uint(out.message_format)
             else:
                 self.out.w_null()
@@ -426,6 +426,7 @@ cdef class Connection:
         cdef uint32_t size
         cdef int doff, ftype
         cdef uint16_t channel
+        cdef JournalBuffer jb = self.router.jbuf
         while pos < n:
             if self.state == CS_CLOSED or self.closing:
                 return n
@@ -458,7 +459,11 @@ cdef class Connection:
                 raise ProtocolError("amqp:connection:framing-error", f"bad data offset {doff}")
             self.frames_in += 1
             if size > <uint32_t>doff * 4:          # an empty frame is a heartbeat (2.4.5)
+                if jb is not None:
+                    jb.frame_ns = -1                # journal: its rows share a clock reading
                 self.on_frame(ftype, channel, p + pos + doff * 4, size - doff * 4)
+                if jb is not None:
+                    jb.frame_ns = 0
             pos += size
         return pos
 
@@ -970,11 +975,8 @@ cdef class Connection:
         elif self.max_message_size and <uint64_t>plen > self.max_message_size:
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
-        if self.router.jrows is not None:
-            d.origin = inbound_origin(link, d)
-            jr(link, d.tag, d.origin, "received", None, plen)
-            if d.presettled:
-                jr(link, d.tag, d.origin, "settled", None, plen)
+        if self.router.jbuf is not None:
+            journal_received(link, d, plen)
         if link.durable_key is not None and link.resumable and not link.endpoint:
             # durability 2: a delivery the router already holds re-binds (2.6.13), also when
             # the producer resends it settled (its outcome was known to both)
@@ -1173,8 +1175,7 @@ cdef class Connection:
                 if d.link is not None:
                     d.link.unsettled_count -= 1
                     if journaling(d.link):
-                        jr(d.link, d.tag, d.inbound.origin if d.inbound is not None else None,
-                           "settled", None, 0)
+                        jr(d.link, d, d.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
                     if d.link.durable_key is not None and d.tag is not None:
                         j_del(self.router, d.link.durable_key, d.tag)
         elif settled and not d.settled:
@@ -1187,7 +1188,7 @@ cdef class Connection:
             d.outcome_sent = True
             d.remote_settled = True
             if journaling(d.link):
-                jr(d.link, d.tag, d.origin, "settled", None, 0)
+                jr(d.link, d, d, J_SETTLED, J_NO_OUTCOME, 0, -1)
             settle_copies(d)
             if d.durable_key is not None:
                 j_del(self.router, d.durable_key, d.tag)

@@ -72,3 +72,21 @@ cdef enum LinkState:
     LINK_ATTACHING = 0     # peer's ATTACH received, reply not sent yet
     LINK_ATTACHED = 1
     LINK_DETACHED = 2
+
+# The delivery journal's events and outcomes as the engine stores them (journal.pxi); their
+# names, in this order, are router/journal.py's EVENTS and OUTCOMES.
+cdef enum JournalEvent:
+    J_RECEIVED = 0
+    J_FORWARDED = 1
+    J_OUTCOME = 2
+    J_SETTLED = 3
+    J_RELEASED_BACK = 4
+    J_RESUMED = 5
+    J_CREDIT_STALL = 6
+
+cdef enum JournalOutcome:
+    J_NO_OUTCOME = -1
+    J_ACCEPTED = 0
+    J_REJECTED = 1
+    J_RELEASED = 2
+    J_MODIFIED = 3

@@ -49,7 +49,9 @@ cdef class Delivery:
     cdef int outcome_code         # inbound: the outcome told (or to tell) the producer
     cdef bytes outcome_raw
     cdef bint own_payload         # outbound resent: its payload is its own (maybe empty)
-    cdef str origin               # journal: publisher container/link/tag (journal.pxi)
+    cdef JournalLink jorigin      # journal: the link it arrived on (origin = its prefix + tag)
+    cdef bint jskip               # journal: sampled out, with every copy (journal.pxi)
+    cdef uint32_t jtag            # journal: the router's tag when `tag` is None (outbound)
     cdef bint transit             # mesh: inbound on an inter-router link (not from a client)
 
     @staticmethod

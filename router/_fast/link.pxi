@@ -111,6 +111,7 @@ cdef class Link:
     # deliveries held for resumption, and the nonce of this attachment's delivery tags
     cdef public bytes durable_key
     cdef public str origin_prefix            # journal: "<container>/<link>/" of a producer
+    cdef JournalLink jlink                   # journal: its strings, made at its first row
     cdef dict resumable
     cdef uint32_t tag_nonce
     # --- mesh (issue 4, docs/mesh.md "Data plane"): set by router/inter_router.py ---

@@ -31,9 +31,10 @@ cdef class Router:
     cdef public set journal_del       # store keys to delete
     cdef set journal_new              # keys of this batch that the store does not have yet
     cdef public object committer
-    # the delivery journal (journal.pxi): event tuples of this loop iteration, None when off
-    cdef public list jrows
-    cdef public object journal_sink
+    # the delivery journal (journal.pxi): the rows not handed over yet, None while it is off;
+    # journal_sink(batch) takes a batch (JournalWriter.append_buffers)
+    cdef JournalBuffer jbuf
+    cdef object journal_sink
 
     def __init__(self, str container_id not None, *, int64_t link_capacity=250,
                  resolver=None, dict open_properties=None, schedule=None):
@@ -87,11 +88,10 @@ cdef class Router:
             self.journal_new = set()
             if self.committer is not None:
                 self.committer(puts, deletes)
-        if self.jrows:
-            rows = self.jrows
-            self.jrows = []
-            if self.journal_sink is not None:
-                self.journal_sink(rows)
+        if self.jbuf is not None and self.jbuf.n and (
+                self.jbuf.n >= JOURNAL_BATCH_ROWS or
+                monotonic() - self.jbuf.handed >= JOURNAL_BATCH_SECONDS):
+            self.journal_sink(self.jbuf.take())
         while self.dirty:
             dirty = self.dirty
             self.dirty = []
@@ -101,6 +101,27 @@ cdef class Router:
                         c.flush_output()
                     except Exception:
                         log.exception("[C%d] write failed", c.conn_id)
+
+    def journal_start(self, sink not None, uint64_t sample_threshold=1 << 32, spare=None):
+        """Journal every delivery event from now on (docs/journal.md). `sink(batch)` gets the
+        rows as column buffers (router.journal.JournalWriter.append_buffers) at most
+        JOURNAL_BATCH_SECONDS after they happened while traffic flows, else at the next
+        journal_flush(). A delivery is kept when the crc32 of its origin is below
+        `sample_threshold` (router.journal.sample_threshold; 2**32 keeps them all). `spare`:
+        a deque where the sink puts batches it is done with, to be filled again. Called once,
+        before traffic (links keep a reference to the buffer)."""
+        self.jbuf = JournalBuffer(sample_threshold, spare)
+        self.journal_sink = sink
+
+    def journal_flush(self):
+        """Hand the rows gathered so far to the sink now (a timer, and before stopping)."""
+        if self.jbuf is not None and (self.jbuf.n or self.jbuf.sampled_out):
+            self.journal_sink(self.jbuf.take())
+
+    @property
+    def journal_rows(self):
+        """Rows gathered and not handed over yet (0 while the journal is off)."""
+        return self.jbuf.n if self.jbuf is not None else 0
 
     cdef Address get_address(self, str name, int distribution):
         cdef Address a = self.addresses.get(name)

@@ -182,3 +182,35 @@ def test_a_duplicate_fails_exactly_once_but_not_at_least_once(
     printed = capsys.readouterr().out
     assert f"duplicated x2: topic-0 tag {fault.tag}" in printed
     assert "FAIL" in printed
+
+
+def test_journals_with_the_origin_in_one_column_audit_the_same(spark: Any, tmp_path: Path) -> None:
+    """Journals written before origin_prefix / origin_tag hold the origin whole in `origin`;
+    the audit reads both kinds, also mixed in one run."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cfg = GenConfig(routers=2, messages_per_publisher=200, lose_at=[(0, 1, 17, 0)], seed=5)
+    res = generate(tmp_path / "journal", cfg)
+    new = run_audit(res.dirs, str(tmp_path / "new"), spark=spark, progress=quiet, plots=False)
+    (old_dir,) = [d for d in res.dirs if d.endswith("r0")]
+    for path in Path(old_dir).glob("*.parquet"):
+        t = pq.read_table(path)
+        origins = [
+            None if p is None else p + tag.hex()
+            for p, tag in zip(
+                t["origin_prefix"].to_pylist(), t["origin_tag"].to_pylist(), strict=True
+            )
+        ]
+        t = t.drop_columns(["origin_prefix", "origin_tag"]).append_column(
+            "origin", pa.array(origins, pa.string())
+        )
+        pq.write_table(t, path)
+    old = run_audit(res.dirs, str(tmp_path / "old"), spark=spark, progress=quiet, plots=False)
+    for key in ("rows", "verdicts", "unsettled"):
+        assert old[key] == new[key]
+    counts = ("address", "published", "delivered", "outcomes", "publisher_outcomes")
+    assert [{k: a[k] for k in counts} for a in old["by_address"]] == [
+        {k: a[k] for k in counts} for a in new["by_address"]
+    ]
+    assert new["verdicts"]["topic-0"]["lost"][0]["origin"] == res.lost[0].origin

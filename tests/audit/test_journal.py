@@ -108,7 +108,10 @@ def test_sampling_keeps_a_delivery_on_every_router(tmp_path: Path) -> None:
         w.close()
         table = read(w.segments)
         per_origin: dict[str, int] = {}
-        for o in table["origin"].to_pylist():
+        for prefix, tag in zip(
+            table["origin_prefix"].to_pylist(), table["origin_tag"].to_pylist(), strict=True
+        ):
+            o = prefix + tag.hex()
             per_origin[o] = per_origin.get(o, 0) + 1
         assert set(per_origin.values()) == {3}  # all events of a kept delivery
         assert w.rows_sampled_out == 3 * (len(origins) - len(per_origin))

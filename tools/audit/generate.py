@@ -303,7 +303,7 @@ def generate(
         container, pub_link = f"pubc-{a}-{j}", f"pub-{a}-{j}"
         seqs = np.arange(n_msgs, dtype=np.uint64)
         origins_py = [origin_id(container, pub_link, int(s).to_bytes(8, "big")) for s in seqs]
-        origins = pa.array(origins_py, pa.string())
+        origin_prefix = origin_id(container, pub_link, b"")
         t0 = cfg.start_ns + np.arange(n_msgs, dtype=np.int64) * interval + j * 1000
         dt = np.array([row.dt for row in tmpl], dtype=np.int64)
         times = (t0[:, None] + dt[None, :]).ravel()
@@ -327,15 +327,17 @@ def generate(
         outcome_values[~has_outcome] = None
         outcomes = pa.array(outcome_values, pa.string(), from_pandas=True)
         idx = pa.array(slot)
+        first = pa.array(np.zeros(n_msgs * m, np.int32))
         table = pa.table(
             {
                 "time_ns": pa.array(times, pa.int64()),
                 "router": pa.array([_router(row.router) for row in tmpl]).take(idx),
                 "connection": pa.array([row.connection for row in tmpl], pa.int64()).take(idx),
                 "link": pa.array([row.link for row in tmpl]).take(idx),
-                "address": pa.array([address]).take(pa.array(np.zeros(n_msgs * m, np.int32))),
+                "address": pa.array([address]).take(first),
                 "tag": tags,
-                "origin": origins.take(pa.array(msg)),
+                "origin_prefix": pa.array([origin_prefix]).take(first),
+                "origin_tag": _tags(msg.astype(np.uint64)),
                 "event": pa.array([row.event for row in tmpl]).take(idx),
                 "outcome": outcomes,
                 "size": pa.array(np.full(n_msgs * m, cfg.size, dtype=np.int32)),
@@ -441,7 +443,8 @@ def generate(
                         "link": link,
                         "address": _address(a),
                         "tag": b"",
-                        "origin": "",
+                        "origin_prefix": "",
+                        "origin_tag": b"",
                         "event": "credit-stall",
                         "outcome": None,
                         "size": 0,

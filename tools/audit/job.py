@@ -24,9 +24,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+# The journal's columns (docs/journal.md). A delivery's origin is stored in two parts,
+# origin_prefix + origin_tag (hex); journals written before that hold it whole in `origin`.
+# Spark reads a column a file lacks as null, so both kinds read with one schema.
 SCHEMA_DDL = (
     "time_ns BIGINT, router STRING, connection BIGINT, link STRING, address STRING, "
-    "tag BINARY, origin STRING, event STRING, outcome STRING, size INT, credit_stall_ns BIGINT"
+    "tag BINARY, origin_prefix STRING, origin_tag BINARY, origin STRING, event STRING, "
+    "outcome STRING, size INT, credit_stall_ns BIGINT"
 )
 GUARANTEES = ("exactly-once", "at-least-once")
 GUARANTEES_FILE = "guarantees.json"
@@ -210,7 +214,16 @@ def compute(
     guarantees = dict(guarantees or {})
 
     stage(f"reading {segments or 'the'} journal segments from {len(journal_dirs)} dir(s)")
-    raw = spark.read.schema(SCHEMA_DDL).option("pathGlobFilter", "*.parquet").parquet(*journal_dirs)
+    raw = (
+        spark.read.schema(SCHEMA_DDL)
+        .option("pathGlobFilter", "*.parquet")
+        .parquet(*journal_dirs)
+        .withColumn(
+            "origin",
+            F.coalesce(F.col("origin"), F.concat("origin_prefix", F.lower(F.hex("origin_tag")))),
+        )
+        .drop("origin_prefix", "origin_tag")
+    )
     overview = raw.agg(
         F.count(F.lit(1)).alias("rows"),
         F.min("time_ns").alias("t_min"),
