@@ -33,7 +33,9 @@ state machines decide:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
+from router.journal import origin_id
 
 if TYPE_CHECKING:
     from router.core import Core
@@ -53,7 +56,8 @@ TERMINAL = (0x24, 0x25, 0x26, 0x27)  # accepted, rejected, released, modified
 ACCEPTED_STATE = Described(ULong(ACCEPTED), [])
 PUBLISHER_WINDOW = 500  # unaccepted deliveries a publisher may have in flight per link
 TICK = 0.25  # seconds between TopicRouter ticks (PING barrier, ASK, timeouts)
-TOPIC_MARK = b"eot/"  # store: one key per topic with records, to find them at start
+TOPIC_MARK = b"eot/"
+GUARANTEES_FILE = "guarantees.json"  # in the journal directory: what the audit verifies  # store: one key per topic with records, to find them at start
 
 
 @dataclass(eq=False)
@@ -168,6 +172,8 @@ class Guarantees:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.n_commits = 0
+        self.journal = False  # the delivery journal is on (router/server.py)
+        self.journal_dir: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -223,7 +229,19 @@ class Guarantees:
         for router_id in self.up_routers():
             t.router_up(router_id, now)
         log.info("guaranteed topic %r (%s)", name, mode)
+        self._note_guarantees()
         return t
+
+    def _note_guarantees(self) -> None:
+        """The journal directory's guarantees.json names the topics for the audit's verdict."""
+        if self.journal_dir is None:
+            return
+        path = os.path.join(self.journal_dir, GUARANTEES_FILE)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({name: t.mode for name, t in sorted(self.topics.items())}, f, indent=2)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
 
     # -- the store and the group commit --------------------------------------------------------
 
@@ -295,7 +313,16 @@ class Guarantees:
         s = self.subs.get(att)
         if s is None:
             return
-        s.deliveries[out_tag] = s.link.send(out_tag, body, resume=resume)
+        prefix = tag = None
+        if self.journal:
+            # the journal names the publisher's delivery, so rows join across routers
+            origin = self.topics[s.topic].origin_of(out_tag)
+            if origin is not None:
+                (container, name), tag = origin
+                prefix = origin_id(container, name, b"")
+        s.deliveries[out_tag] = s.link.send(
+            out_tag, body, resume=resume, origin_prefix=prefix, origin_tag=tag
+        )
 
     def _out_settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
         s = self.subs.get(att)
@@ -365,6 +392,8 @@ class Guarantees:
         # receiver-settle-mode as the publisher asks: second (ours), or first (proton's
         # default; we settle with ACCEPTED, which ends the delivery at both ends)
         settle_first = _mode(fields.get("rcv_settle_mode"), 0) == 0
+        link.origin_prefix = origin_id(pub[0], pub[1], b"")  # the journal's origin
+        link.journal_address = address
         p = _Pub(pub, address, link, settle_first)
         self.pubs[(address, pub)] = p
         self.by_link[link] = p
@@ -416,6 +445,7 @@ class Guarantees:
         peer_map = _unsettled(fields.get("unsettled")) if t.eo else {}
         resumable = durable == 2
         att = t.new_attachment_id()
+        link.journal_address = address
         s = _Sub(att, sub, address, link, resumable)
         self.subs[att] = s
         self.by_link[link] = s

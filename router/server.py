@@ -120,6 +120,8 @@ class Server:
         self.journal: Any = None
         if config.journal:
             self.journal = open_journal(config, self.core)
+            self.core.guarantees.journal = True
+            self.core.guarantees.journal_dir = config.journal
         if self.persistence is not None:
             crashed_at = self.persistence.last_alive()
             n = self.core.registry.recover(crashed_at)

@@ -385,7 +385,9 @@ cdef class Connection:
                     link.next_tag += 1
                     self.out.w_binary(tag, 4)
                 if self.router.jbuf is not None:
-                    jr(link, out, inb, J_FORWARDED, J_NO_OUTCOME, n, -1)
+                    # a resumed delivery continues one the receiver had (2.6.13)
+                    jr(link, out, inb if inb is not None else out.jsrc,
+                       J_RESUMED if out.resume else J_FORWARDED, J_NO_OUTCOME, n, -1)
                 self.out.w_uint(out.message_format)
             else:
                 self.out.w_null()

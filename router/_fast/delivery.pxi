@@ -52,6 +52,7 @@ cdef class Delivery:
     cdef JournalLink jorigin      # journal: the link it arrived on (origin = its prefix + tag)
     cdef bint jskip               # journal: sampled out, with every copy (journal.pxi)
     cdef uint32_t jtag            # journal: the router's tag when `tag` is None (outbound)
+    cdef Delivery jsrc            # journal: the origin of one Python sends (Link.send)
     cdef bint transit             # mesh: inbound on an inter-router link (not from a client)
 
     @staticmethod

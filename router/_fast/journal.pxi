@@ -113,12 +113,30 @@ cdef JournalLink journal_link(Link link):
         jl = JournalLink.__new__(JournalLink)
         jl.connection = link.conn.conn_id
         jl.name = link.name
-        jl.address = link.address.name if link.address is not None else ""
+        jl.address = link.address.name if link.address is not None else (
+            link.journal_address if link.journal_address is not None else "")
         jl.origin_prefix = link.origin_prefix if link.origin_prefix is not None else ""
         prefix = jl.origin_prefix.encode()
         jl.prefix_crc = crc32_update(0, <const uint8_t*>PyBytes_AS_STRING(prefix), len(prefix))
         jl.buf = link.conn.router.jbuf
         link.jlink = jl
+    return jl
+
+
+cdef JournalLink journal_origin(JournalBuffer buf, str prefix):
+    """The origin of a delivery Python sends on behalf of a publisher elsewhere (a guaranteed
+    topic, router/guarantee.py): its publisher's "<container>/<link>/" prefix, one per prefix."""
+    cdef JournalLink jl = buf.origins.get(prefix)
+    cdef bytes raw
+    if jl is None:
+        jl = JournalLink.__new__(JournalLink)
+        jl.name = ""
+        jl.address = ""
+        jl.origin_prefix = prefix
+        raw = prefix.encode()
+        jl.prefix_crc = crc32_update(0, <const uint8_t*>PyBytes_AS_STRING(raw), len(raw))
+        jl.buf = buf
+        buf.origins[prefix] = jl
     return jl
 
 
@@ -179,6 +197,7 @@ cdef class JournalBuffer:
     cdef int32_t* otag_end
     cdef char* otag
     cdef dict names, addresses, prefixes
+    cdef dict origins                          # prefix -> JournalLink (journal_origin)
     cdef uint64_t gen
     cdef bint sampling
     cdef uint64_t threshold                    # crc32 bound of the kept origins
@@ -193,6 +212,7 @@ cdef class JournalBuffer:
     cdef object spare
 
     def __cinit__(self, uint64_t threshold, spare):
+        self.origins = {}
         self.threshold = threshold
         self.sampling = threshold < (<uint64_t>1 << 32)
         self.handed = monotonic()
@@ -351,7 +371,7 @@ cdef int jr(Link link, Delivery d, Delivery inb, int event, int outcome, Py_ssiz
     if b.tag_n + 2 * tn > b.tag_cap or b.otag_n + 2 * on > b.otag_cap:
         b.grow_tags(2 * (tn if tn > on else on))
     t = b.frame_ns
-    if t <= 0 or event == J_FORWARDED:
+    if t <= 0 or event == J_FORWARDED or event == J_RESUMED:
         t = wall_ns()
         if b.frame_ns < 0:
             b.frame_ns = t

@@ -112,6 +112,7 @@ cdef class Link:
     cdef public bytes durable_key
     cdef public str origin_prefix            # journal: "<container>/<link>/" of a producer
     cdef JournalLink jlink                   # journal: its strings, made at its first row
+    cdef public str journal_address          # journal: an endpoint link's address (no Address)
     cdef dict resumable
     cdef uint32_t tag_nonce
     # --- mesh (issue 4, docs/mesh.md "Data plane"): set by router/inter_router.py ---
@@ -209,11 +210,14 @@ cdef class Link:
         self.endpoint = True
 
     def send(self, bytes tag not None, bytes payload not None, bint settled=False,
-             uint32_t message_format=0, bint resume=False, bytes state=None):
+             uint32_t message_format=0, bint resume=False, bytes state=None,
+             str origin_prefix=None, bytes origin_tag=None):
         """Send a message on an endpoint link; it waits in order for credit and window.
         `resume` and `state` resend a delivery after re-attach (2.6.13): e.g. settled with
-        the receiver's terminal state and no payload."""
-        cdef Delivery out
+        the receiver's terminal state and no payload. `origin_prefix` and `origin_tag`: the
+        publisher it comes from, for the journal (guaranteed topics)."""
+        cdef Delivery out, src
+        cdef JournalBuffer jb = self.conn.router.jbuf
         if self.role != ROLE_SENDER or not self.endpoint:
             raise RuntimeError("send() needs an endpoint link where we are the sender")
         if len(tag) > MAX_TAG:
@@ -224,6 +228,12 @@ cdef class Link:
         out.message_format = message_format
         out.resume = resume
         out.send_state = state
+        if jb is not None and origin_prefix is not None and origin_tag is not None:
+            src = Delivery.new(None, 0, origin_tag)
+            src.jorigin = journal_origin(jb, origin_prefix)
+            if jb.sampling:
+                src.jskip = not jb.keep(src.jorigin, origin_tag)
+            out.jsrc = src
         if len(self.pending) == 0 and self.credit > 0 and \
                 self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED and \
                 self.state == LINK_ATTACHED:

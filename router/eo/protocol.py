@@ -392,6 +392,13 @@ class TopicRouter:
     def local_records(self) -> dict[bytes, LocalRecord]:
         return dict(self._locals)
 
+    def origin_of(self, out_tag: bytes) -> tuple[Pub, bytes] | None:
+        """The publisher and its tag of a delivery this router delivers (for the journal)."""
+        rec = self._locals.get(out_tag)
+        if rec is None or rec.publisher is None or rec.tag is None:
+            return None
+        return rec.publisher, rec.tag
+
     def attached_subscribers(self) -> dict[AttId, Sub]:
         return {att: ls.sub for att, ls in self._subs.items()}
 

@@ -16,126 +16,19 @@ from typing import Any
 import pytest
 
 from tests.client.conftest import run
-from tests.guarantee.common import Publisher, Subscriber, records_held, topic_rows, wait_until
-from tests.harness import MeshRouter, free_port
+from tests.guarantee.common import (
+    TOPIC,
+    Publisher,
+    Routers,
+    Subscriber,
+    check_exactly_once,
+    drained,
+    topic_rows,
+    wait_subscribers_known,
+    wait_until,
+)
 
-TOPIC = "events"
 DURABLE = os.environ.get("QROUTER_STORE", "memory") != "memory"
-
-
-class Routers:
-    """Routers (by default A, B, C, each connected to the other two) on fixed ports, so that a
-    killed one restarts where its neighbours and clients look for it, on the same store."""
-
-    def __init__(
-        self,
-        router: Any,
-        names: tuple[str, ...] = ("A", "B", "C"),
-        guarantee: str = "exactly-once",
-        edges: list[tuple[str, str]] | None = None,
-    ) -> None:
-        self.make = router
-        self.names = names
-        self.addresses = {TOPIC: f"multicast,{guarantee}"}
-        self.inter = {n: free_port() for n in names}
-        self.client = {n: free_port() for n in names}
-        # (a, b): b connects to a; by default every pair (a full mesh)
-        self.edges = edges or [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
-        self.r: dict[str, Any] = {}
-        for n in names:
-            self.start(n, first=True)
-
-    def start(self, name: str, first: bool = False) -> None:
-        # at first start a router connects to those started before it; restarted, to all its
-        # neighbours (they keep trying too, either way meets)
-        started = self.names[: self.names.index(name)]
-        connect = [
-            self.inter[a if b == name else b]
-            for a, b in self.edges
-            if name in (a, b) and (not first or (a if b == name else b) in started)
-        ]
-        self.r[name] = self.make(
-            name,
-            cls=MeshRouter,
-            inter_port=self.inter[name],
-            connect=connect,
-            listeners=[{"port": self.client[name]}],
-            addresses=self.addresses,
-            log_level="info",
-        )
-
-    def url(self, name: str) -> str:
-        return f"amqp://127.0.0.1:{self.client[name]}"
-
-    def urls(self, first: str) -> list[str]:
-        """Every router's URL, `first` first: where a client connects, then fails over to."""
-        i = self.names.index(first)
-        return [self.url(n) for n in self.names[i:] + self.names[:i]]
-
-    def all_urls(self) -> list[str]:
-        return [self.url(n) for n in self.names]
-
-
-async def wait_subscribers_known(tri: Routers, n: int, timeout: float = 30.0) -> None:
-    """Until every router knows all `n` subscribers (they are then owed every message)."""
-
-    async def known() -> list[int]:
-        out = []
-        for url in tri.all_urls():
-            rows = await asyncio.to_thread(topic_rows, url)
-            out.append(sum(int(r["known_subscribers"]) for r in rows if r["name"] == TOPIC))
-        return out
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (k := await known()) != [n] * len(tri.names):
-        if loop.time() > deadline:
-            raise AssertionError(f"routers know {k} subscribers, not {n} each")
-        await asyncio.sleep(0.2)
-
-
-def check_exactly_once(pubs: list[Publisher], subs: list[Subscriber]) -> None:
-    sent = {f"{p.name}:{i}" for p in pubs for i in range(p.sent)}
-    accepted = set().union(*(p.accepted() for p in pubs))
-    not_accepted = {b: s for p in pubs for b, s in p.outcomes.items() if s != "accepted"}
-    assert not not_accepted, (
-        f"outcomes other than accepted: {dict(list(not_accepted.items())[:10])}"
-    )
-    assert accepted == sent, (
-        f"{len(sent - accepted)} never settled, e.g. {sorted(sent - accepted)[:5]}"
-    )
-    for s in subs:
-        missing = accepted - set(s.processed)
-        assert not missing, f"{s.name} never processed {len(missing)}, e.g. {sorted(missing)[:5]}"
-        assert not s.duplicates(), f"{s.name} processed twice: {list(s.duplicates().items())[:5]}"
-        extra = set(s.processed) - sent
-        assert not extra, f"{s.name} processed messages nobody sent: {sorted(extra)[:5]}"
-
-
-async def drained(
-    tri: Routers, pubs: list[Publisher], subs: list[Subscriber], timeout: float
-) -> None:
-    """Until publishers have nothing unsettled, subscribers nothing unsettled, routers no
-    records."""
-    await wait_until(
-        lambda: all(p.sender.unsettled == 0 and not p.pending for p in pubs),
-        timeout,
-        lambda: f"publishers unsettled {[p.sender.unsettled for p in pubs]}",
-    )
-    await wait_until(
-        lambda: all(s.receiver.unsettled == 0 for s in subs),
-        timeout,
-        lambda: f"subscribers unsettled {[s.receiver.unsettled for s in subs]}",
-    )
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        held = await records_held(tri.all_urls())
-        if all(h == (0, 0) for h in held.values()):
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"routers still hold records (origin, local): {held}")
-        await asyncio.sleep(0.2)
 
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
