@@ -138,6 +138,10 @@ cdef class Address:
                 self.undelivered.appendleft(inb)
                 break             # the gradient rule (pick): it waits for another consumer
             p = inb.payload
+            if link.inter_router and self.router.jbuf is not None and not inb.transit and \
+                    inb.jorigin is not None:
+                p = inb.payload = journal_annotate(inb, <const uint8_t*>PyBytes_AS_STRING(p),
+                                                   PyBytes_GET_SIZE(p), None)
             inb.out = link.deliver(inb, <const uint8_t*>PyBytes_AS_STRING(p),
                                    PyBytes_GET_SIZE(p))
         self.grant()
@@ -237,7 +241,10 @@ cdef class Address:
             if inb.transit:
                 ingress = message_ingress(data, n)
             elif self.has_inter_router():
-                inb.payload = add_ingress(data, n, self.router.container_id)
+                if self.router.jbuf is not None:
+                    inb.payload = journal_annotate(inb, data, n, self.router.container_id)
+                else:
+                    inb.payload = add_ingress(data, n, self.router.container_id)
                 data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
                 n = PyBytes_GET_SIZE(inb.payload)
             copies = []
@@ -275,6 +282,12 @@ cdef class Address:
             self.undelivered.append(inb)
             return 0
         self.n_out += 1
+        if c.inter_router and self.router.jbuf is not None and not inb.transit and \
+                inb.jorigin is not None:
+            # journal on: the next router journals this delivery's origin (journal.pxi)
+            inb.payload = journal_annotate(inb, data, n, None)
+            data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
+            n = PyBytes_GET_SIZE(inb.payload)
         inb.out = c.deliver(inb, data, n)
         return 0
 

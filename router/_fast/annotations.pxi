@@ -32,9 +32,40 @@ cdef Py_ssize_t _sections(const uint8_t* data, Py_ssize_t n, Py_ssize_t* ma_end)
     return -1
 
 
+cdef object _ORIGIN_KEY = Symbol("x-opt-qr-origin")
+
+
 cdef bytes add_ingress(const uint8_t* data, Py_ssize_t n, str router_id):
-    """The message with `x-opt-qr-ingress = router_id` in its message-annotations (a new
-    section when it has none, which leaves every other byte as it was)."""
+    """The message with `x-opt-qr-ingress = router_id` in its message-annotations."""
+    return add_annotations(data, n, {_INGRESS_KEY: router_id})
+
+
+cdef bytes journal_annotate(Delivery inb, const uint8_t* data, Py_ssize_t n, str ingress):
+    """Journal on: the message as it leaves for another router, with its origin (the
+    publisher's link prefix and tag) as `x-opt-qr-origin`, so every router journals the same
+    origin for it (docs/journal.md); and `x-opt-qr-ingress` when `ingress` is given."""
+    extra = {}
+    if ingress is not None:
+        extra[_INGRESS_KEY] = ingress
+    if inb.jorigin is not None and not inb.transit:
+        extra[_ORIGIN_KEY] = [inb.jorigin.origin_prefix, inb.tag]
+    return add_annotations(data, n, extra) if extra else None
+
+
+cdef object message_origin(const uint8_t* data, Py_ssize_t n):
+    """`x-opt-qr-origin` of a message as (prefix, tag), or None."""
+    found = message_annotations(data, n)
+    if isinstance(found, dict):
+        value = found.get(_ORIGIN_KEY)
+        if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and \
+                isinstance(value[1], bytes):
+            return value[0], value[1]
+    return None
+
+
+cdef bytes add_annotations(const uint8_t* data, Py_ssize_t n, dict extra):
+    """The message with `extra` in its message-annotations (a new section when it has none,
+    which leaves every other byte as it was)."""
     cdef Reader r
     cdef uint64_t code
     cdef Py_ssize_t end = 0
@@ -52,13 +83,22 @@ cdef bytes add_ingress(const uint8_t* data, Py_ssize_t n, str router_id):
         head = PyBytes_FromStringAndSize(<char*>data, start)
     else:
         head = PyBytes_FromStringAndSize(<char*>data, end)
-    annotations[_INGRESS_KEY] = router_id
+    annotations.update(extra)
     tail = PyBytes_FromStringAndSize(<char*>(data + end), n - end)
     return head + encode(Described(ULong(D_MESSAGE_ANNOTATIONS), annotations)) + tail
 
 
 cdef object message_ingress(const uint8_t* data, Py_ssize_t n):
     """`x-opt-qr-ingress` of a message, or None."""
+    found = message_annotations(data, n)
+    if isinstance(found, dict):
+        value = found.get(_INGRESS_KEY)
+        return str(value) if value is not None else None
+    return None
+
+
+cdef object message_annotations(const uint8_t* data, Py_ssize_t n):
+    """The message-annotations map of a message, or None."""
     cdef Reader r
     cdef uint64_t code
     cdef Py_ssize_t end = 0
@@ -74,10 +114,7 @@ cdef object message_ingress(const uint8_t* data, Py_ssize_t n):
         found = r_value(&r)
     except DecodeError:
         return None
-    if isinstance(found, dict):
-        value = found.get(_INGRESS_KEY)
-        return str(value) if value is not None else None
-    return None
+    return found
 
 
 def _test_add_ingress(bytes message not None, str router_id not None):

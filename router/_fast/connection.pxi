@@ -978,7 +978,7 @@ cdef class Connection:
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
         if self.router.jbuf is not None:
-            journal_received(link, d, plen)
+            journal_received(link, d, payload, plen)
         if link.durable_key is not None and link.resumable and not link.endpoint:
             # durability 2: a delivery the router already holds re-binds (2.6.13), also when
             # the producer resends it settled (its outcome was known to both)

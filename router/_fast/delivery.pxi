@@ -53,6 +53,7 @@ cdef class Delivery:
     cdef bint jskip               # journal: sampled out, with every copy (journal.pxi)
     cdef uint32_t jtag            # journal: the router's tag when `tag` is None (outbound)
     cdef Delivery jsrc            # journal: the origin of one Python sends (Link.send)
+    cdef bytes jotag              # journal: the origin's tag when not `tag` (from a router)
     cdef bint transit             # mesh: inbound on an inter-router link (not from a client)
 
     @staticmethod

@@ -348,6 +348,7 @@ cdef int jr(Link link, Delivery d, Delivery inb, int event, int outcome, Py_ssiz
     cdef JournalLink jl = link.jlink
     cdef JournalBuffer b
     cdef JournalLink origin = None
+    cdef bytes otag = None
     cdef Py_ssize_t i, tn = 4, on = 0
     cdef int64_t t
     cdef uint32_t tag = d.jtag
@@ -365,7 +366,8 @@ cdef int jr(Link link, Delivery d, Delivery inb, int event, int outcome, Py_ssiz
     if d.tag is not None:
         tn = PyBytes_GET_SIZE(d.tag)
     if origin is not None:
-        on = PyBytes_GET_SIZE(inb.tag)
+        otag = inb.jotag if inb.jotag is not None else inb.tag
+        on = PyBytes_GET_SIZE(otag)
         if origin.gen != b.gen:
             b.codes(origin)
     if b.tag_n + 2 * tn > b.tag_cap or b.otag_n + 2 * on > b.otag_cap:
@@ -398,7 +400,7 @@ cdef int jr(Link link, Delivery d, Delivery inb, int event, int outcome, Py_ssiz
     set_bit(b.has_origin, i, origin is not None)
     if origin is not None:
         b.prefix[i] = origin.c_prefix
-        put_tag(b.otag + b.otag_n, PyBytes_AS_STRING(inb.tag), on)
+        put_tag(b.otag + b.otag_n, PyBytes_AS_STRING(otag), on)
         b.otag_n += on
     else:
         b.prefix[i] = 0
@@ -432,15 +434,25 @@ cdef inline void copy_row(JournalBuffer b, Py_ssize_t i, int event) noexcept:
     b.n = j + 1
 
 
-cdef int journal_received(Link link, Delivery d, Py_ssize_t size) except -1:
+cdef int journal_received(Link link, Delivery d, const uint8_t* payload,
+                          Py_ssize_t size) except -1:
     """A delivery arrived on `link`: it is its own origin (the link's publisher prefix and its
-    tag), and with sampling on this decides whether all of its rows are kept."""
+    tag) unless it comes from another router with the origin its first router gave it
+    (`x-opt-qr-origin`, annotations.pxi); with sampling on this decides whether all of its
+    rows are kept."""
     cdef JournalLink jl = link.jlink
+    cdef JournalLink origin
     if jl is None:
         jl = journal_link(link)
-    d.jorigin = jl
+    origin = jl
+    if link.inter_router:
+        found = message_origin(payload, size)
+        if found is not None:
+            origin = journal_origin(jl.buf, found[0])
+            d.jotag = found[1]
+    d.jorigin = origin
     if jl.buf.sampling:
-        d.jskip = not jl.buf.keep(jl, d.tag)
+        d.jskip = not jl.buf.keep(origin, d.jotag if d.jotag is not None else d.tag)
     # pre-settled: settled as it arrives
     jr(link, d, d, J_RECEIVED, J_NO_OUTCOME, size, J_SETTLED if d.presettled else -1)
     return 0
