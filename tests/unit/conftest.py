@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import ipaddress
+import logging
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,26 @@ import pytest
 from tests.tools_alias import alias_tools_package
 
 alias_tools_package()
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """Tests that run the CLI in-process configure the "qrouter" loggers (router.log); put
+    them back, so later tests (pytest's caplog) still see records propagate."""
+    root = logging.getLogger("qrouter")
+    saved = (root.level, list(root.handlers), root.propagate)
+    levels = {
+        name: logger.level
+        for name, logger in logging.root.manager.loggerDict.items()
+        if name.startswith("qrouter.") and isinstance(logger, logging.Logger)
+    }
+    yield
+    root.setLevel(saved[0])
+    root.handlers[:] = saved[1]
+    root.propagate = saved[2]
+    for name, logger in logging.root.manager.loggerDict.items():
+        if name.startswith("qrouter.") and isinstance(logger, logging.Logger):
+            logger.setLevel(levels.get(name, logging.NOTSET))
 
 
 @pytest.fixture

@@ -5,23 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
 from router.log import setup_logging, tag
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger("qrouter")
-    saved = (root.level, list(root.handlers), root.propagate)
-    yield
-    root.setLevel(saved[0])
-    root.handlers[:] = saved[1]
-    root.propagate = saved[2]
-    for name in ("qrouter.core", "qrouter.mesh"):
-        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 def test_text_and_module_levels() -> None:
