@@ -91,16 +91,21 @@ class Core:
             if t.role != "receiver":
                 continue
             digest = terminus_digest(t.key)
-            for tag, rec in t.records.items():
-                d = fast.restore_inbound(self.engine, digest, tag, rec.message, rec.state)
+            for rid, rec in t.records.items():
+                # the record's id is the delivery's tag unless the record carries the tag
+                tag = rid if rec.tag is None else rec.tag
+                d = fast.restore_inbound(self.engine, digest, tag, rec.message, rec.state, rid)
                 t.held[tag] = d
-                inbound[digest + tag] = d
+                inbound[digest + rid] = d
                 count += 1
         for t in termini:
             if t.role != "sender":
                 continue
-            for tag, rec in t.records.items():
+            for rid, rec in t.records.items():
+                # a copy's record is stored under its tag (the router chose it), see
+                # stores/termini.py; `forget` names it that way
                 origin = inbound.get(rec.origin) if rec.origin else None
+                tag = rid if rec.tag is None else rec.tag
                 t.held[tag] = fast.restore_copy(origin, tag, rec.message)
                 count += 1
         for t in termini:

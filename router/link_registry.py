@@ -45,7 +45,8 @@ class Terminus:
     expires: bool = False  # the expiry policy has triggered (the timeout runs)
     link: Any = None  # the attached engine Link, or None
     # durability 2: deliveries held while the link is away (tag -> engine Delivery), and the
-    # store's records of them as loaded after a restart (tag -> UnsettledRecord)
+    # store's records of them as loaded after a restart (record id -> UnsettledRecord; the
+    # id is the tag unless the record carries the tag, stores/termini.py)
     held: dict[bytes, Any] = field(default_factory=dict)
     records: dict[bytes, Any] = field(default_factory=dict)
 

@@ -9,6 +9,10 @@ Files: LevelDB's ``CURRENT``, ``MANIFEST-*``, ``*.log``, ``*.ldb``, ``LOCK``, ``
 table is reported (`StoreError`) instead of LevelDB skipping the bad records on recovery —
 which, for a store, would be a silent partial reset.
 
+Compression is off: the values are AMQP messages that live until their outcome is known,
+mostly a few milliseconds, and snappy cost a quarter of the store's CPU (compressing each
+flushed table and decompressing it again in compaction) for little space.
+
 Sync modes (see stores/base.py for the contract): each commit is one ``WriteBatch`` written
 with ``sync=True`` under ``always`` (the log is fsynced before the commit returns). Under
 ``batched`` it is written with ``sync=False`` except the first commit after `flush_interval`
@@ -20,6 +24,7 @@ synced one, and recovery drops a torn last record by its checksum, so the store 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from stores.base import StoreError, TerminusStore
@@ -47,7 +52,9 @@ class LevelDbStore(TerminusStore):
         self._plyvel = _driver()
         directory = self._prepare_dir()
         try:
-            self._db = self._plyvel.DB(directory, create_if_missing=True, paranoid_checks=True)
+            self._db = self._plyvel.DB(
+                directory, create_if_missing=True, paranoid_checks=True, compression=None
+            )
         except self._plyvel.Error as exc:
             raise self._fail_open(exc) from exc
         try:
@@ -106,6 +113,31 @@ class LevelDbStore(TerminusStore):
             raise self._driver_error("commit failed", exc) from exc
         if sync:
             self._flushed()
+
+    def commit_writes(self, puts: dict[bytes, bytes], deletes: set[bytes] | None = None) -> None:
+        """The router's group commit, the short way: one WriteBatch straight from the puts and
+        deletes (disjoint key sets), with no merged dict in between."""
+        if not puts and not deletes:
+            return
+        self._check_usable()
+        t0 = time.perf_counter()
+        sync = self.sync == "always" or self._flush_due()
+        try:
+            wb = self._db.write_batch(sync=sync)
+            if deletes:
+                for key in deletes:
+                    wb.delete(key)
+            for key, value in puts.items():
+                wb.put(key, value)
+            wb.write()
+        except self._plyvel.Error as exc:
+            raise self._driver_error("commit failed", exc) from exc
+        if sync:
+            self._flushed()
+        elapsed = time.perf_counter() - t0
+        self.commit_count += 1
+        self.last_commit_seconds = elapsed
+        self.commit_seconds_total += elapsed
 
     def _flush(self) -> None:
         try:

@@ -28,6 +28,16 @@ Sync modes (see stores/base.py for the contract):
   power failure: it still fsyncs the data pages on every commit. Measured here (100 puts and
   100 deletes per commit, ext4 on virtio): 92 us per commit with ``sync=False``, 256 us with
   ``metasync=False``, 368 us with full sync — it would cost most of what ``always`` costs.
+
+  ``batched`` also opens the map writable (``writemap=True``, MDB_WRITEMAP): a commit writes
+  its pages in place in the shared mapping instead of copying them into malloc'd buffers and
+  then ``pwrite``-ing them. For the router's group commit (two puts and two deletes per
+  message) that is about a quarter less CPU per commit; a SIGKILL loses nothing (the pages
+  are in the OS's page cache the moment they are written) and the power-failure story is the
+  one above. The costs: a stray write through a bad pointer in this process could reach the
+  file (LMDB's own warning; everything in this process that touches the map is LMDB's
+  code), and LMDB sets the file's length to the map size at open, so ``ls`` shows 256 MiB
+  (sparse: ``du`` shows the pages in use). ``always`` keeps the default (no writemap).
 """
 
 from __future__ import annotations
@@ -74,6 +84,7 @@ class LmdbStore(TerminusStore):
                 create=True,
                 sync=always,
                 metasync=always,
+                writemap=not always,
                 max_dbs=0,
                 # Our flock already keeps a second opener out; LMDB's own reader lock stays on
                 # so that a read-only inspector (qrouter-tool) could still attach safely.

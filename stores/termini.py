@@ -3,7 +3,7 @@
 Key layout (every store key is bytes; ``D`` is `TerminusKey.digest`, 32 bytes)::
 
     t/D          one TerminusRecord (without its unsettled map)
-    u/D/<tag>    one UnsettledRecord per unsettled delivery of that terminus
+    u/D/<id>     one UnsettledRecord per unsettled delivery of that terminus
 
 Why a digest and not the names: container-ids and link names are peer-chosen strings whose sum
 can pass the 511-byte key limit; a fixed-length BLAKE2b digest of the length-prefixed key fields
@@ -20,9 +20,17 @@ Encoding. Every value starts with a kind byte and a format version byte:
 
 * ``T 1`` + `stores.values.pack` of a dict (field names as below; unknown fields are ignored so
   that a later minor version can add optional ones). Written rarely; flexible.
-* ``U 1`` + flags (1 settled, 2 has state, 4 has message) + 4-byte state length + state +
+* ``U 1`` + flags (1 settled, 2 has state, 4 has message, 8 has origin, 16 has tag) + 4-byte
+  state length + state + [1-byte tag length + tag] + [1-byte origin length + origin] +
   message bytes to the end. Written per delivery; no parsing beyond a struct unpack, and the
   message bytes are stored as they are (no base64, no copy into a container format).
+
+The ``<id>`` of an unsettled record is the delivery's tag, unless the record carries the tag
+itself (flag 16): then the id is one the router chose. The router names the records of a
+producer's deliveries that way, by a per-attachment nonce and a counter, so that each batch
+appends to the end of the terminus's key range instead of scattering over it as the
+producer's own tags would (docs/performance.md, durable links). Readers before flag 16
+refuse such a record (unknown flags) rather than misread it.
 
 A record that does not decode, or whose version is newer than this code, is a `StoreError`
 naming the key — never skipped, because a skipped record is an unsettled delivery lost.
@@ -53,7 +61,7 @@ RECORD_VERSION = 1
 
 _DIGEST_SIZE = 32
 _UNSETTLED_HEAD = struct.Struct(">BI")  # flags, state length
-_SETTLED, _HAS_STATE, _HAS_MESSAGE, _HAS_ORIGIN = 1, 2, 4, 8
+_SETTLED, _HAS_STATE, _HAS_MESSAGE, _HAS_ORIGIN, _HAS_TAG = 1, 2, 4, 8, 16
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,16 @@ class UnsettledRecord:
     message bytes as sent (None when this side does not hold them, e.g. a receiving terminus),
     `settled` whether this side has settled it (kept until the peer is known to have seen it),
     `origin` for an outbound copy the inbound delivery it copies (that terminus's digest and
-    the delivery's tag), so an outcome still reaches its producer after a restart.
+    the id of its record), so an outcome still reaches its producer after a restart. `tag` is
+    the delivery's tag when the record is stored under an id of the router's (None: the id
+    is the tag).
     """
 
     state: bytes | None = None
     message: bytes | None = None
     settled: bool = False
     origin: bytes | None = None
+    tag: bytes | None = None
 
 
 @dataclass
@@ -306,11 +317,13 @@ def encode_unsettled(rec: UnsettledRecord) -> bytes:
         | (_HAS_STATE if rec.state is not None else 0)
         | (_HAS_MESSAGE if rec.message is not None else 0)
         | (_HAS_ORIGIN if rec.origin is not None else 0)
+        | (_HAS_TAG if rec.tag is not None else 0)
     )
     state = rec.state or b""
     head = b"U" + bytes([RECORD_VERSION]) + _UNSETTLED_HEAD.pack(flags, len(state))
+    tag = b"" if rec.tag is None else bytes([len(rec.tag)]) + rec.tag
     origin = b"" if rec.origin is None else bytes([len(rec.origin)]) + rec.origin
-    return head + state + origin + (rec.message or b"")
+    return head + state + tag + origin + (rec.message or b"")
 
 
 def decode_unsettled(data: bytes) -> UnsettledRecord:
@@ -318,12 +331,17 @@ def decode_unsettled(data: bytes) -> UnsettledRecord:
     if len(body) < _UNSETTLED_HEAD.size:
         raise ValueError("truncated")
     flags, state_len = _UNSETTLED_HEAD.unpack_from(body)
-    if flags & ~(_SETTLED | _HAS_STATE | _HAS_MESSAGE | _HAS_ORIGIN):
+    if flags & ~(_SETTLED | _HAS_STATE | _HAS_MESSAGE | _HAS_ORIGIN | _HAS_TAG):
         raise ValueError(f"unknown flags {flags:#x}")
     rest = body[_UNSETTLED_HEAD.size :]
     if state_len > len(rest) or (state_len and not flags & _HAS_STATE):
         raise ValueError("bad state length")
     message = rest[state_len:]
+    tag = None
+    if flags & _HAS_TAG:
+        if not message or message[0] + 1 > len(message) or message[0] > MAX_TAG_SIZE:
+            raise ValueError("bad tag length")
+        tag, message = message[1 : 1 + message[0]], message[1 + message[0] :]
     origin = None
     if flags & _HAS_ORIGIN:
         if not message or message[0] + 1 > len(message):
@@ -336,6 +354,7 @@ def decode_unsettled(data: bytes) -> UnsettledRecord:
         message=message if flags & _HAS_MESSAGE else None,
         settled=bool(flags & _SETTLED),
         origin=origin,
+        tag=tag,
     )
 
 

@@ -339,7 +339,7 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
     if link is None:
         if inb.durable_key is not None:
             # a durable producer is away: remember the outcome for when it resumes
-            j_put(durable_router, inb.durable_key, inb.tag, raw, None, None)
+            j_put(durable_router, inb, inb.durable_key, raw, None, None)
             return 0
         settle_copies(inb)        # the producer is gone: nobody to tell; finish the copies
         return 0
@@ -371,11 +371,11 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
         inb.settled = True
         settle_copies(inb)
         if inb.durable_key is not None:
-            j_del(link.conn.router, inb.durable_key, inb.tag)
+            j_del(link.conn.router, inb, inb.durable_key)
     else:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, False, raw)
         if inb.durable_key is not None:
-            j_put(link.conn.router, inb.durable_key, inb.tag, raw, None, None)
+            j_put(link.conn.router, inb, inb.durable_key, raw, None, None)
     return 0
 
 
@@ -399,7 +399,7 @@ cdef int settle_out(Delivery out) except -1:
         # a copy resent to a resuming consumer, still waiting for credit: it goes out settled
         out.presettled = True
         if link.durable_key is not None and out.tag is not None:
-            j_del(link.conn.router, link.durable_key, out.tag)
+            j_del(link.conn.router, out, link.durable_key)
         return 0
     out.settled = True
     if not out.sent:
@@ -411,7 +411,7 @@ cdef int settle_out(Delivery out) except -1:
         # the copy is settled now, and on_disposition finds it so
         jr(link, out, out.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
     if link.durable_key is not None and out.tag is not None:
-        j_del(link.conn.router, link.durable_key, out.tag)
+        j_del(link.conn.router, out, link.durable_key)
     if link.state == LINK_ATTACHED and link.conn.state == CS_OPENED:
         link.conn.queue_disposition(link.session, False, out.delivery_id, True,
                                     out.remote_state_raw)

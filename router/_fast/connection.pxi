@@ -350,10 +350,12 @@ cdef class Connection:
                         # a copy of a durable delivery names it (its record holds the bytes);
                         # a copy of any other keeps the bytes itself
                         if inb is not None and inb.durable_key is not None:
-                            j_put(self.router, link.durable_key, out.tag, None,
-                                  inb.durable_key + inb.tag, None, True)
+                            j_put(self.router, out, link.durable_key, None,
+                                  record_origin(delivery_key(inb, inb.durable_key),
+                                                PyBytes_GET_SIZE(inb.durable_key)), None,
+                                  True)
                         else:
-                            j_put(self.router, link.durable_key, out.tag, None, None,
+                            j_put(self.router, out, link.durable_key, None, None,
                                   PyBytes_FromStringAndSize(<char*>data, n), True)
         # room for the payload in one frame: header 8, performative at most 48
         room = <Py_ssize_t>self.remote_max_frame_size - 56
@@ -990,7 +992,11 @@ cdef class Connection:
             # before it writes)
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
-            j_put(self.router, link.durable_key, d.tag, None, None, d.payload, True)
+            # stored under the router's next id on this link, the tag inside the record: the
+            # batch appends to the terminus's key range (durable.pxi, record layout)
+            d.skey = record_key(link.durable_key, durable_tag(link))
+            d.tag_in_value = True
+            j_put(self.router, d, link.durable_key, None, None, d.payload, True)
         if link.endpoint:
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
@@ -1179,7 +1185,7 @@ cdef class Connection:
                     if journaling(d.link):
                         jr(d.link, d, d.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
                     if d.link.durable_key is not None and d.tag is not None:
-                        j_del(self.router, d.link.durable_key, d.tag)
+                        j_del(self.router, d, d.link.durable_key)
         elif settled and not d.settled:
             # the producer settled: relay the settlement to the copies (exactly-once's final
             # step, 3.8.3)
@@ -1193,7 +1199,7 @@ cdef class Connection:
                 jr(d.link, d, d, J_SETTLED, J_NO_OUTCOME, 0, -1)
             settle_copies(d)
             if d.durable_key is not None:
-                j_del(self.router, d.durable_key, d.tag)
+                j_del(self.router, d, d.durable_key)
             if d.link is not None and d.link.endpoint:
                 self.handler.on_settled(self, d.link, d)
         return 0

@@ -46,6 +46,9 @@ cdef class Delivery:
     cdef bint resume              # 2.6.13: sent / received with resume=true
     cdef bytes send_state         # a state to carry in the TRANSFER itself (resumption)
     cdef bytes durable_key        # inbound on a durable link: its terminus digest (store key)
+    cdef bytes skey               # durable: its record's store key, once made (durable.pxi)
+    cdef uint32_t jgen            # durable: the batch (Router.jgen) that made its record
+    cdef bint tag_in_value        # durable: its record is stored under an id, the tag inside
     cdef int outcome_code         # inbound: the outcome told (or to tell) the producer
     cdef bytes outcome_raw
     cdef bint own_payload         # outbound resent: its payload is its own (maybe empty)

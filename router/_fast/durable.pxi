@@ -8,9 +8,15 @@
 # transfer or disposition whose record could be lost by a crash: whatever a peer saw, the
 # store holds. The store is never read on this path.
 #
-# Record layout (stores/termini.py): key b"u/" + terminus digest + b"/" + delivery tag; value
-# b"U" version flags state-length state [origin-length origin] message, where origin names the
-# inbound delivery an outbound copy was made from (its terminus digest + tag).
+# Record layout (stores/termini.py): key b"u/" + terminus digest + b"/" + record id; value
+# b"U" version flags state-length state [tag-length tag] [origin-length origin] message.
+# An outbound copy's id is its tag (durable_tag: a per-attachment nonce and a counter). An
+# inbound delivery's id is made the same way on its producer link, and its tag (the producer's
+# choice) goes into the value: so every record of a link lands at the end of its terminus's
+# key range, next to the one before it, and a batch touches a few B-tree pages (LMDB) or
+# memtable neighbours (LevelDB) instead of one per delivery, as a producer's tags (counters
+# in either byte order, strings) would. `origin` names the inbound delivery an outbound copy
+# was made from: its terminus digest + record id.
 
 from libc.stdlib cimport rand
 
@@ -20,38 +26,56 @@ cdef enum:
     REC_HAS_STATE = 2
     REC_HAS_MESSAGE = 4
     REC_HAS_ORIGIN = 8
+    REC_HAS_TAG = 16
     REC_VERSION = 1
 
 
-cdef bytes record_key(bytes dkey, bytes tag):
-    # one allocation: b"u/" digest b"/" tag
-    cdef Py_ssize_t nd = PyBytes_GET_SIZE(dkey), nt = PyBytes_GET_SIZE(tag)
+cdef bytes record_key(bytes dkey, bytes rid):
+    # one allocation: b"u/" digest b"/" record id
+    cdef Py_ssize_t nd = PyBytes_GET_SIZE(dkey), nt = PyBytes_GET_SIZE(rid)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 3 + nd + nt)
     cdef char* p = PyBytes_AS_STRING(out)
     p[0] = 0x75
     p[1] = 0x2f
     memcpy(p + 2, PyBytes_AS_STRING(dkey), nd)
     p[2 + nd] = 0x2f
-    memcpy(p + 3 + nd, PyBytes_AS_STRING(tag), nt)
+    memcpy(p + 3 + nd, PyBytes_AS_STRING(rid), nt)
     return out
 
 
-cdef bytes record_value(bytes state, bytes origin, bytes message):
+cdef bytes record_origin(bytes skey, Py_ssize_t nd):
+    # what an outbound copy's record names its inbound delivery by: the digest (`nd` bytes)
+    # and record id of that delivery's key (b"u/" digest b"/" id), without the separators
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(skey)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n - 3)
+    cdef char* p = PyBytes_AS_STRING(out)
+    cdef const char* k = PyBytes_AS_STRING(skey)
+    memcpy(p, k + 2, nd)
+    memcpy(p + nd, k + 3 + nd, n - 3 - nd)
+    return out
+
+
+cdef bytes record_value(bytes state, bytes tag, bytes origin, bytes message):
     # one allocation: b"U", version, flags, state length (4, big-endian), state,
-    # [origin length (1), origin], message - as stores/termini.py reads it
+    # [tag length (1), tag], [origin length (1), origin], message - as stores/termini.py
+    # reads it
     cdef int flags = 0
-    cdef Py_ssize_t ns = 0, no = 0, nm = 0, pos
+    cdef Py_ssize_t ns = 0, nt = 0, no = 0, nm = 0, pos
     if state is not None:
         flags |= REC_HAS_STATE
         ns = PyBytes_GET_SIZE(state)
+    if tag is not None:
+        flags |= REC_HAS_TAG
+        nt = PyBytes_GET_SIZE(tag)
     if origin is not None:
         flags |= REC_HAS_ORIGIN
         no = PyBytes_GET_SIZE(origin)
     if message is not None:
         flags |= REC_HAS_MESSAGE
         nm = PyBytes_GET_SIZE(message)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, 7 + ns + (1 + no if origin is not None
-                                                               else 0) + nm)
+    cdef bytes out = PyBytes_FromStringAndSize(
+        NULL, 7 + ns + (1 + nt if tag is not None else 0) + (1 + no if origin is not None
+                                                             else 0) + nm)
     cdef char* p = PyBytes_AS_STRING(out)
     p[0] = 0x55
     p[1] = REC_VERSION
@@ -64,6 +88,10 @@ cdef bytes record_value(bytes state, bytes origin, bytes message):
     if ns:
         memcpy(p + pos, PyBytes_AS_STRING(state), ns)
         pos += ns
+    if tag is not None:
+        p[pos] = <char>nt
+        memcpy(p + pos + 1, PyBytes_AS_STRING(tag), nt)
+        pos += 1 + nt
     if origin is not None:
         p[pos] = <char>no
         memcpy(p + pos + 1, PyBytes_AS_STRING(origin), no)
@@ -73,27 +101,40 @@ cdef bytes record_value(bytes state, bytes origin, bytes message):
     return out
 
 
-cdef inline int j_put(Router r, bytes dkey, bytes tag, bytes state, bytes origin,
+cdef inline bytes delivery_key(Delivery d, bytes dkey):
+    # a delivery's record key never changes once made: kept on the delivery, so the dict and
+    # set below reuse its cached hash. Unless given an id (an inbound delivery, see above),
+    # a record is named by the delivery's tag.
+    if d.skey is None:
+        d.skey = record_key(dkey, d.tag)
+    return d.skey
+
+
+cdef inline int j_put(Router r, Delivery d, bytes dkey, bytes state, bytes origin,
                       bytes message, bint new=False) except -1:
     # `new`: the record did not exist before (a delivery just arrived or was just sent)
-    cdef bytes key = record_key(dkey, tag)
-    r.journal[key] = record_value(state, origin, message)
-    if new:
-        r.journal_new.add(key)
-    elif r.journal_del:
+    cdef bytes key = delivery_key(d, dkey)
+    r.journal[key] = record_value(state, d.tag if d.tag_in_value else None, origin, message)
+    if r.journal_del and key in r.journal_del:
+        # a delete of this key earlier in the batch (a tag reused once settled, 2.8.7): the
+        # put replaces it, and the store may still hold the old record, so not "new"
         r.journal_del.discard(key)
+        d.jgen = 0
+    elif new:
+        d.jgen = r.jgen
     r.schedule_flush()
     return 0
 
 
-cdef inline int j_del(Router r, bytes dkey, bytes tag) except -1:
-    cdef bytes key = record_key(dkey, tag)
-    if key in r.journal_new:
+cdef inline int j_del(Router r, Delivery d, bytes dkey) except -1:
+    cdef bytes key = delivery_key(d, dkey)
+    if d.jgen == r.jgen:
         # made and settled within one loop iteration: the store never needs to see it
-        r.journal_new.discard(key)
-        del r.journal[key]
+        d.jgen = 0
+        r.journal.pop(key, None)
         return 0
-    r.journal.pop(key, None)
+    if r.journal:
+        r.journal.pop(key, None)
     r.journal_del.add(key)
     r.schedule_flush()
     return 0
@@ -103,10 +144,19 @@ cdef bytes durable_tag(Link link):
     # 8 bytes: a per-attachment nonce and a counter, so that tags of a resumed terminus
     # (kept in the store) never collide with new ones (2.8.7: unique among unsettled)
     cdef uint32_t n = link.next_tag
+    cdef uint32_t nonce = link.tag_nonce
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 8)
+    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(out)
     link.next_tag += 1
-    return bytes(((link.tag_nonce >> 24) & 0xff, (link.tag_nonce >> 16) & 0xff,
-                  (link.tag_nonce >> 8) & 0xff, link.tag_nonce & 0xff,
-                  (n >> 24) & 0xff, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff))
+    p[0] = nonce >> 24
+    p[1] = (nonce >> 16) & 0xff
+    p[2] = (nonce >> 8) & 0xff
+    p[3] = nonce & 0xff
+    p[4] = n >> 24
+    p[5] = (n >> 16) & 0xff
+    p[6] = (n >> 8) & 0xff
+    p[7] = n & 0xff
+    return out
 
 
 cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) except -1:
@@ -124,7 +174,7 @@ cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) excep
         old.settled = True
         settle_copies(old)
         if old.durable_key is not None:
-            j_del(link.conn.router, old.durable_key, old.tag)
+            j_del(link.conn.router, old, old.durable_key)
         return 0
     s.unsettled_in[d.delivery_id] = old
     if old.outcome_sent and old.outcome_raw is not None:
@@ -136,11 +186,15 @@ cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) excep
 # --- Python API: reconciliation on re-attach and rebuild after a restart ----------------------
 
 def restore_inbound(Router router not None, bytes dkey not None, bytes tag not None,
-                    bytes payload, bytes state):
+                    bytes payload, bytes state, bytes rid=None):
     """An unsettled delivery of a durable producer terminus, from the store. `state` is the
-    outcome the router had learnt (None: none yet)."""
+    outcome the router had learnt (None: none yet); `rid` the id its record is stored under
+    when that is not its tag."""
     cdef Delivery d = Delivery.new(None, 0, tag)
     d.durable_key = dkey
+    if rid is not None and rid != tag:
+        d.skey = record_key(dkey, rid)
+        d.tag_in_value = True
     d.payload = payload
     if state is not None:
         d.outcome_sent = True
@@ -182,12 +236,15 @@ def producer_forgot(Router router not None, Delivery inbound not None):
     inbound.outcome_sent = True
     settle_copies(inbound)
     if inbound.durable_key is not None:
-        j_del(router, inbound.durable_key, inbound.tag)
+        j_del(router, inbound, inbound.durable_key)
 
 
 def forget(Router router not None, bytes dkey not None, bytes tag not None):
     """Drop the store record of a held delivery (in this iteration's group commit)."""
-    j_del(router, dkey, tag)
+    cdef bytes key = record_key(dkey, tag)
+    router.journal.pop(key, None)
+    router.journal_del.add(key)
+    router.schedule_flush()
 
 
 def abandon_copy(Delivery out not None):

@@ -29,7 +29,9 @@ cdef class Router:
     # any output is written (durable.pxi)
     cdef public dict journal          # store key -> value to put
     cdef public set journal_del       # store keys to delete
-    cdef set journal_new              # keys of this batch that the store does not have yet
+    # this batch's number: a delivery whose record it made has the same (Delivery.jgen), and
+    # the store has no record of it yet
+    cdef uint32_t jgen
     cdef public object committer
     # the delivery journal (journal.pxi): the rows not handed over yet, None while it is off;
     # journal_sink(batch) takes a batch (JournalWriter.append_buffers)
@@ -49,7 +51,7 @@ cdef class Router:
         self.schedule = schedule
         self.journal = {}
         self.journal_del = set()
-        self.journal_new = set()
+        self.jgen = 1
         global durable_router
         durable_router = self
 
@@ -85,7 +87,9 @@ cdef class Router:
             deletes = self.journal_del
             self.journal = {}
             self.journal_del = set()
-            self.journal_new = set()
+            self.jgen += 1
+            if self.jgen == 0:
+                self.jgen = 1
             if self.committer is not None:
                 self.committer(puts, deletes)
         if self.jbuf is not None and self.jbuf.n and (

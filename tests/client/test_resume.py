@@ -202,3 +202,44 @@ def test_kill_right_after_accept(router: Any, tmp_path: Path, store: str) -> Non
             await consumer.close()
 
     run(main(), timeout=90)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("store", STORES)
+def test_records_of_a_killed_router(router: Any, tmp_path: Path, store: str) -> None:
+    """What a SIGKILLed router left in the store for messages a consumer holds unsettled: each
+    producer delivery's record under an id of the router's (ascending, so batches append),
+    with the producer's tag inside; each copy's record names that record as its origin."""
+    from stores.termini import load_termini
+
+    crashes = Crashes(router, tmp_path, store)
+
+    async def main() -> None:
+        producer = await Client.connect(crashes.url, "rec-producer", **OPTS)
+        consumer = await Client.connect(crashes.url, "rec-consumer", **OPTS)
+        try:
+            rcv = await consumer.receiver("rec/q", "rec-in", exactly_once=True)
+            snd = await producer.sender("rec/q", "rec-out", exactly_once=True)
+            for i in range(5):
+                snd.submit(f"r{i}".encode())
+            for _ in range(5):  # received, never accepted: held by the router
+                assert await rcv.receive(timeout=10) is not None
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, crashes.routers[-1].kill)
+        finally:
+            await producer.close()
+            await consumer.close()
+
+    run(main(), timeout=40)
+    with stores.open_store(store, str(tmp_path / "store")) as st:
+        termini = {t.key.link_name: t for t in load_termini(st)}
+    held_in, held_out = termini["rec-out"], termini["rec-in"]
+    assert len(held_in.unsettled) == 5 and len(held_out.unsettled) == 5
+    ids = list(held_in.unsettled)  # load order: key order
+    assert all(len(i) == 8 for i in ids) and ids == sorted(set(ids))
+    tags = {r.tag for r in held_in.unsettled.values()}  # the producer's, inside the records
+    assert (
+        None not in tags and len(tags) == 5 and all(r.message for r in held_in.unsettled.values())
+    )
+    origins = {held_in.key.digest + i for i in ids}
+    assert {r.origin for r in held_out.unsettled.values()} == origins

@@ -92,6 +92,27 @@ def test_unsettled_round_trip(state: bytes | None, message: bytes | None, settle
     assert decode_unsettled(encode_unsettled(rec)) == rec
 
 
+@given(
+    st.none() | st.binary(),
+    st.none() | st.binary(max_size=32),
+    st.none() | st.binary(max_size=255),
+    st.none() | st.binary(),
+)
+def test_unsettled_with_tag_and_origin_round_trip(
+    state: bytes | None, tag: bytes | None, origin: bytes | None, message: bytes | None
+) -> None:
+    # the engine writes these (router/_fast/durable.pxi record_value): an inbound delivery's
+    # record stored under the router's id carries the producer's tag; a copy names its origin
+    rec = UnsettledRecord(state, message, False, origin, tag)
+    assert decode_unsettled(encode_unsettled(rec)) == rec
+
+
+def test_unsettled_tag_longer_than_a_tag_is_refused() -> None:
+    data = encode_unsettled(UnsettledRecord(tag=b"x" * 32))
+    with pytest.raises(ValueError, match="tag length"):
+        decode_unsettled(data[:7] + b"\x21" + b"x" * 33)
+
+
 @given(st.binary(max_size=32))
 def test_damaged_unsettled_is_a_value_error(data: bytes) -> None:
     try:
