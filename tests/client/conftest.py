@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -28,3 +28,13 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         return await asyncio.wait_for(coro, timeout)
 
     return asyncio.run(bounded())
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
+    """Until `pred()` holds, checked every 20 ms; fails after `timeout` seconds saying what()."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what()}")
+        await asyncio.sleep(0.02)

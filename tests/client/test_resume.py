@@ -23,7 +23,7 @@ import pytest
 
 import stores
 from router.client import Client, Message, Outcome, Received
-from tests.client.conftest import run
+from tests.client.conftest import run, wait_until
 from tests.harness import free_port
 
 STORES = [
@@ -41,15 +41,6 @@ STORES = [
 N = 300  # messages per test
 KILLS = 3  # SIGKILLs per test, spread over the run
 OPTS: dict[str, Any] = {"backoff": (0.05, 0.5), "reconnect_timeout": 60.0, "connect_timeout": 5.0}
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what()}")
-        await asyncio.sleep(0.02)
 
 
 class Crashes:

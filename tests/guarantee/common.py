@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router.client import Client, Message, Outcome
+from tests.client.conftest import wait_until
 from tests.harness import MeshRouter, free_port
 
 OPTS: dict[str, Any] = {"backoff": (0.05, 0.5), "reconnect_timeout": 120.0, "connect_timeout": 3.0}
@@ -98,15 +99,6 @@ class Subscriber:
         if self.task is not None:
             self.task.cancel()
         await self.client.close()
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what()}")
-        await asyncio.sleep(0.05)
 
 
 def topic_rows(url: str) -> list[dict[str, Any]]:
