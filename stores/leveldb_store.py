@@ -25,6 +25,7 @@ synced one, and recovery drops a torn last record by its checksum, so the store 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stores.base import StoreError, TerminusStore
@@ -95,9 +96,7 @@ class LevelDbStore(TerminusStore):
         return out
 
     def _commit(self, prefixes: list[bytes], writes: dict[bytes, bytes | None]) -> None:
-        sync = self.sync == "always" or self._flush_due()
-        try:
-            wb = self._db.write_batch(sync=sync)
+        def fill(wb: Any) -> None:
             # One writer (our flock): the keys read here are still there when the batch lands.
             for prefix in prefixes:
                 with self._db.iterator(prefix=prefix, include_value=False) as it:
@@ -108,11 +107,8 @@ class LevelDbStore(TerminusStore):
                     wb.delete(key)
                 else:
                     wb.put(key, value)
-            wb.write()
-        except self._plyvel.Error as exc:
-            raise self._driver_error("commit failed", exc) from exc
-        if sync:
-            self._flushed()
+
+        self._write(fill)
 
     def commit_writes(self, puts: dict[bytes, bytes], deletes: set[bytes] | None = None) -> None:
         """The router's group commit, the short way: one WriteBatch straight from the puts and
@@ -121,23 +117,30 @@ class LevelDbStore(TerminusStore):
             return
         self._check_usable()
         t0 = time.perf_counter()
+
+        def fill(wb: Any) -> None:
+            for key in deletes or ():
+                wb.delete(key)
+            for key, value in puts.items():
+                wb.put(key, value)
+
+        self._write(fill)
+        elapsed = time.perf_counter() - t0
+        self.commit_count += 1
+        self.last_commit_seconds = elapsed
+        self.commit_seconds_total += elapsed
+
+    def _write(self, fill: Callable[[Any], None]) -> None:
+        """One WriteBatch, filled by `fill`, synced when the sync mode says so."""
         sync = self.sync == "always" or self._flush_due()
         try:
             wb = self._db.write_batch(sync=sync)
-            if deletes:
-                for key in deletes:
-                    wb.delete(key)
-            for key, value in puts.items():
-                wb.put(key, value)
+            fill(wb)
             wb.write()
         except self._plyvel.Error as exc:
             raise self._driver_error("commit failed", exc) from exc
         if sync:
             self._flushed()
-        elapsed = time.perf_counter() - t0
-        self.commit_count += 1
-        self.last_commit_seconds = elapsed
-        self.commit_seconds_total += elapsed
 
     def _flush(self) -> None:
         try:
