@@ -171,7 +171,6 @@ class Guarantees:
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self.n_commits = 0
         self.journal = False  # the delivery journal is on (router/server.py)
         self.journal_dir: str | None = None
 
@@ -275,7 +274,6 @@ class Guarantees:
                     for key in deletes:
                         self.memory.pop(key, None)
                     self.memory.update(puts)
-                self.n_commits += 1
             outputs, self.outputs = self.outputs, []
             for output in outputs:
                 try:
@@ -633,19 +631,6 @@ class Guarantees:
         t = self.topic(name)
         assert t is not None
         t.receive(src, message, self.now())
-
-    # -- introspection -------------------------------------------------------------------------
-
-    def stats(self) -> dict[str, dict[str, int]]:
-        return {
-            name: {
-                "origin_records": len(t.origin_records()),
-                "local_records": len(t.local_records()),
-                "subscribers": len(t.attached_subscribers()),
-                "publishers": len(t.attached_publishers()),
-            }
-            for name, t in self.topics.items()
-        }
 
 
 def _unsettled(value: Any) -> dict[bytes, bool]:
