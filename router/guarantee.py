@@ -269,7 +269,15 @@ class Guarantees:
                 puts = {k: v for k, v in writes.items() if v is not None}
                 deletes = {k for k, v in writes.items() if v is None}
                 if self.store is not None:
-                    self.store.commit_writes(puts, deletes)
+                    try:
+                        self.store.commit_writes(puts, deletes)
+                    except Exception:  # noqa: BLE001 - e.g. a full disk: as if we crashed here
+                        log.exception(
+                            "guaranteed topics: store commit failed; the outputs "
+                            "that depended on it are dropped"
+                        )
+                        self.outputs = []
+                        continue
                 else:
                     for key in deletes:
                         self.memory.pop(key, None)
