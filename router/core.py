@@ -64,6 +64,8 @@ class Core:
         self.registry = LinkRegistry(config.id, persistence, on_discard=self._discard_held)
         if persistence is not None and hasattr(persistence, "commit"):
             self.engine.committer = persistence.commit
+            # a deleted terminus's records must not come back from the record log
+            persistence.on_drop = self.engine.drop_records  # type: ignore[attr-defined]
         # operations (docs/operations.md): the $management node and the stuck-link warnings
         self.management = ManagementNode(self)
         self.monitor = LinkMonitor(self)

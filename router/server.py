@@ -193,6 +193,7 @@ class Server:
             self.core.registry.expire()  # discarded termini settle what they held (on_discard)
             self.core.monitor.check()
             if self.persistence is not None:
+                self.core.engine.checkpoint()  # a quiet second's logged changes
                 self.persistence.mark_alive()
             if self.journal is not None:
                 self.core.engine.journal_flush()  # rows of a quiet second reach the writer
@@ -225,6 +226,7 @@ class Server:
             self.core.engine.journal_flush()
             self.journal.close()
         if self.persistence is not None:
+            self.core.engine.checkpoint()
             self.persistence.mark_alive()
             self.persistence.close()
 

@@ -22,8 +22,12 @@ from stores.termini import (
     TerminusKey,
     TerminusRecord,
     delete_terminus,
+    fold_log,
     load_termini,
+    log_drop_entry,
+    log_key,
     save_terminus,
+    unsettled_prefix,
 )
 
 log = logging.getLogger("qrouter.store")
@@ -45,6 +49,12 @@ class StorePersistence:
         self.durability = store.durability
         # called with each commit's seconds (router/metrics.py: the commit latency histogram)
         self.on_commit: Callable[[float], None] | None = None
+        # called with a deleted terminus's record prefix (the engine's Router.drop_records)
+        self.on_drop: Callable[[bytes], None] | None = None
+        # the record log (stores/termini.py): the next entry's number, the oldest not folded
+        self._seq = 0
+        self._first = 0
+        self._recovered = False
 
     @classmethod
     def open(cls, name: str, path: str | None, sync: str = "batched") -> StorePersistence:
@@ -56,19 +66,50 @@ class StorePersistence:
         self._committed()
 
     def delete(self, key: Key) -> None:
+        tkey = TerminusKey(*key)  # type: ignore[arg-type]
+        prefix = unsettled_prefix(tkey)
+        self._recover()
         with self.store.batch() as b:
-            delete_terminus(b, TerminusKey(*key))  # type: ignore[arg-type]
+            delete_terminus(b, tkey)
+            # logged puts of its records, older than this, must not come back in a replay
+            b.put(log_key(self._seq), log_drop_entry(prefix))
+        self._seq += 1
         self._committed()
+        if self.on_drop is not None:
+            self.on_drop(prefix)
 
     def load(self) -> Iterator[Terminus]:
+        self._recover()
         for rec in load_termini(self.store):
             t = _terminus(rec)
             t.records = dict(rec.unsettled)
             yield t
 
-    def commit(self, puts: dict[bytes, bytes], deletes: set[bytes]) -> None:
-        """The data plane's group commit: one loop iteration's records, one transaction."""
-        self.store.commit_writes(puts, deletes)
+    def _recover(self) -> None:
+        """Once, before the first write: fold what a previous run logged into the records,
+        so that this run's log starts empty at entry 0."""
+        if not self._recovered:
+            folded = fold_log(self.store)
+            if folded:
+                log.info("store: %d record-log entries folded into the records", folded)
+            self._recovered = True
+
+    def commit(
+        self, blob: bytes | None, puts: dict[bytes, bytes] | None, deletes: set[bytes] | None
+    ) -> None:
+        """The data plane's group commit (Router.commit_log): one loop iteration's changes
+        as one log entry (`blob`), or a checkpoint: the net changes since the last one
+        (`puts`, `deletes`) applied to the records and the log entries deleted, in one
+        transaction."""
+        self._recover()
+        if blob is not None:
+            self.store.commit_writes({log_key(self._seq): blob})
+            self._seq += 1
+        else:
+            dels = set(deletes) if deletes else set()
+            dels.update(log_key(seq) for seq in range(self._first, self._seq))
+            self._first = self._seq
+            self.store.commit_writes(puts or {}, dels)
         self._committed()
 
     def mark_alive(self, now: float | None = None) -> None:

@@ -38,12 +38,19 @@ from stores.termini import (
     UnsettledRecord,
     delete_terminus,
     drop_unsettled,
+    encode_unsettled,
+    fold_log,
     load_termini,
     load_terminus,
+    log_delete_entry,
+    log_drop_entry,
+    log_key,
+    log_put_entry,
     put_unsettled,
     save_terminus,
     terminus_key,
     unsettled_key,
+    unsettled_prefix,
 )
 
 MIB = 1 << 20
@@ -466,6 +473,67 @@ class StoreConformance:
         with pytest.raises(StoreError, match="is corrupt") as info:
             load_termini(store)
         assert repr(skey) in str(info.value)
+
+    def test_record_log_replays_over_the_records(
+        self, store: TerminusStore, tmp_path: Path
+    ) -> None:
+        """The router's record log (stores/termini.py): puts, deletes and dropped termini in
+        the order logged, read in memory by load_termini and folded into the records at
+        start-up; a put for a terminus no longer stored is dropped."""
+        a, b_rec, gone = self._terminus("a"), self._terminus("b"), self._terminus("gone")
+        a.unsettled = {b"keep": UnsettledRecord(message=b"k"), b"del": UnsettledRecord()}
+        b_rec.unsettled = {b"old": UnsettledRecord(message=b"o")}
+        with store.batch() as b:
+            save_terminus(b, a)
+            save_terminus(b, b_rec)
+
+        def put(rec: TerminusRecord, tag: bytes, message: bytes) -> bytes:
+            value = encode_unsettled(UnsettledRecord(message=message))
+            return log_put_entry(unsettled_key(rec.key, tag), value)
+
+        entries = [
+            put(a, b"new", b"n1") + log_delete_entry(unsettled_key(a.key, b"del")),
+            put(b_rec, b"b1", b"gone too") + put(gone, b"g", b"orphan"),
+            # b's terminus deleted and made again: what it had before stays gone
+            log_drop_entry(unsettled_prefix(b_rec.key)) + put(b_rec, b"b2", b"second life"),
+            put(a, b"new", b"n2"),  # a later put of the same record wins
+        ]
+        for seq, blob in enumerate(entries):
+            store.put(log_key(seq), blob)
+        expected = {
+            "a": {b"keep": b"k", b"new": b"n2"},
+            "b": {b"b2": b"second life"},
+        }
+
+        def seen(recs: list[TerminusRecord]) -> dict[str, dict[bytes, bytes | None]]:
+            return {r.key.link_name: {t: u.message for t, u in r.unsettled.items()} for r in recs}
+
+        assert seen(load_termini(store)) == expected  # read in memory, the log left as it is
+        assert len(list(store.scan(b"w/"))) == 4
+        assert fold_log(store) == 4
+        assert list(store.scan(b"w/")) == []
+        assert seen(load_termini(store)) == expected
+        assert fold_log(store) == 0
+        store = self.reopen(store, tmp_path)
+        assert seen(load_termini(store)) == expected
+        store.close()
+
+    def test_record_log_corrupt_entry(self, store: TerminusStore) -> None:
+        rec = self._terminus()
+        with store.batch() as b:
+            save_terminus(b, rec)
+        good = log_delete_entry(unsettled_key(rec.key, b"t1"))
+        for blob in (
+            good[:-1],
+            good + b"Q\x00\x00",
+            good + b"D\x00",
+            log_put_entry(b"u/x", b"v")[:-1],
+        ):
+            store.put(log_key(7), blob)
+            with pytest.raises(StoreError, match="log entry .* is corrupt"):
+                load_termini(store)
+            with pytest.raises(StoreError, match="log entry .* is corrupt"):
+                fold_log(store)
 
     def test_termini_key_mismatch_and_orphans(self, store: TerminusStore) -> None:
         a, b_rec = self._terminus("a"), self._terminus("b")

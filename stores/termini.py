@@ -34,6 +34,18 @@ refuse such a record (unknown flags) rather than misread it.
 
 A record that does not decode, or whose version is newer than this code, is a `StoreError`
 naming the key — never skipped, because a skipped record is an unsettled delivery lost.
+
+The record log (``w/<seq>``, seq an 8-byte big-endian counter). The router does not update
+``u/`` records per delivery as they change: each loop iteration's changes are one log entry,
+the concatenation, in the order made, of ``P`` key-length(2) key value-length(4) value (a put),
+``D`` key-length(2) key (a delete) and ``X`` prefix-length(2) prefix (every record under the
+prefix goes: a terminus deleted). About once a second (a checkpoint) the net changes since the
+previous checkpoint are applied to the ``u/`` records and the log entries deleted, in one
+transaction. Most deliveries are made and settled within a second, so they cost the store one
+append each and never touch the records' B-tree (LMDB) or levels (LevelDB). Whoever reads the
+records replays the log over them first (`read_log`): `load_termini` in memory, and the router
+at start-up into the store (`fold_log`). A logged put of a terminus that is no longer stored
+(deleted after the entry was written) is dropped.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ EXPIRY_POLICIES: tuple[str, ...] = get_args(ExpiryPolicy)
 
 TERMINUS_PREFIX = b"t/"
 UNSETTLED_PREFIX = b"u/"
+LOG_PREFIX = b"w/"
 MAX_TAG_SIZE = 32  # 2.8.7 delivery-tag: at most 32 octets
 RECORD_VERSION = 1
 
@@ -199,21 +212,139 @@ def delete_terminus(batch: Batch, key: TerminusKey) -> None:
     batch.delete_prefix(unsettled_prefix(key))
 
 
+# ---- the record log ------------------------------------------------------------------
+
+_LOG_PUT, _LOG_DEL, _LOG_DROP = 0x50, 0x44, 0x58
+
+
+def log_key(seq: int) -> bytes:
+    return LOG_PREFIX + seq.to_bytes(8, "big")
+
+
+def log_drop_entry(prefix: bytes) -> bytes:
+    """A log entry saying every record under `prefix` is gone."""
+    return bytes([_LOG_DROP]) + len(prefix).to_bytes(2, "big") + prefix
+
+
+def log_put_entry(key: bytes, value: bytes) -> bytes:
+    """A log entry putting one record (the engine writes these itself: durable.pxi)."""
+    return (
+        bytes([_LOG_PUT])
+        + len(key).to_bytes(2, "big")
+        + key
+        + len(value).to_bytes(4, "big")
+        + value
+    )
+
+
+def log_delete_entry(key: bytes) -> bytes:
+    return bytes([_LOG_DEL]) + len(key).to_bytes(2, "big") + key
+
+
+@dataclass
+class LogReplay:
+    """The net effect of the record log: `drops` (prefixes whose stored records go, applied
+    first), then `changes` (key -> value to put, or None to delete). `keys`: the log's own
+    store keys."""
+
+    drops: list[bytes] = field(default_factory=list)
+    changes: dict[bytes, bytes | None] = field(default_factory=dict)
+    keys: list[bytes] = field(default_factory=list)
+
+
+def read_log(store: TerminusStore) -> LogReplay:
+    """Replay the record log, oldest entry first; a StoreError names an entry that does not
+    parse (never skipped: it holds deliveries)."""
+    out = LogReplay()
+    changes = out.changes
+    for skey, blob in store.scan(LOG_PREFIX):
+        out.keys.append(skey)
+        pos, n = 0, len(blob)
+        try:
+            while pos < n:
+                if pos + 3 > n:
+                    raise ValueError("truncated entry")
+                op = blob[pos]
+                klen = int.from_bytes(blob[pos + 1 : pos + 3], "big")
+                key = blob[pos + 3 : pos + 3 + klen]
+                pos += 3 + klen
+                if len(key) != klen:
+                    raise ValueError("truncated key")
+                if op == _LOG_PUT:
+                    if pos + 4 > n:
+                        raise ValueError("truncated value length")
+                    vlen = int.from_bytes(blob[pos : pos + 4], "big")
+                    value = blob[pos + 4 : pos + 4 + vlen]
+                    if pos + 4 + vlen > n:
+                        raise ValueError("truncated value")
+                    pos += 4 + vlen
+                    changes[key] = value
+                elif op == _LOG_DEL:
+                    changes[key] = None
+                elif op == _LOG_DROP:
+                    for k in [k for k in changes if k.startswith(key)]:
+                        changes[k] = None
+                    out.drops.append(key)
+                else:
+                    raise ValueError(f"unknown entry {op:#x} at {pos}")
+        except ValueError as exc:
+            raise StoreError(f"{store.describe()}: log entry {skey!r} is corrupt: {exc}") from exc
+    return out
+
+
+def fold_log(store: TerminusStore) -> int:
+    """Apply the record log to the records and delete it, in one transaction (the router,
+    at start-up). Returns the number of log entries folded."""
+    replay = read_log(store)
+    if not replay.keys:
+        return 0
+    alive: dict[bytes, bool] = {}
+    with store.batch() as b:
+        for prefix in replay.drops:
+            b.delete_prefix(prefix)
+        for key, value in replay.changes.items():
+            if value is None:
+                b.delete(key)
+            elif _terminus_stored(store, key, alive):
+                b.put(key, value)
+        for key in replay.keys:
+            b.delete(key)
+    return len(replay.keys)
+
+
+def _terminus_stored(store: TerminusStore, ukey: bytes, alive: dict[bytes, bool]) -> bool:
+    digest, _ = _split_unsettled_key(store, ukey)
+    if digest not in alive:
+        alive[digest] = store.get(TERMINUS_PREFIX + digest) is not None
+    return alive[digest]
+
+
 # ---- reading (at start-up and by qrouter-tool, never on the per-message path) -----------
 
 
 def load_termini(store: TerminusStore) -> list[TerminusRecord]:
-    """Every stored terminus with its unsettled map, sorted by key fields."""
+    """Every stored terminus with its unsettled map (the record log replayed over the
+    records), sorted by key fields."""
     by_digest: dict[bytes, TerminusRecord] = {}
     for skey, value in store.scan(TERMINUS_PREFIX):
         rec = _decode_terminus_at(store, skey, value)
         by_digest[rec.key.digest] = rec
+    replay = read_log(store)
     for skey, value in store.scan(UNSETTLED_PREFIX):
+        if skey in replay.changes or any(skey.startswith(p) for p in replay.drops):
+            continue  # the log has a newer word on it
         digest, tag = _split_unsettled_key(store, skey)
         owner = by_digest.get(digest)
         if owner is None:
             raise StoreError(f"{store.describe()}: record {skey!r}: delivery of no terminus")
         owner.unsettled[tag] = _decode_unsettled_at(store, skey, value)
+    for skey, logged in replay.changes.items():
+        if logged is None:
+            continue
+        digest, tag = _split_unsettled_key(store, skey)
+        owner = by_digest.get(digest)
+        if owner is not None:  # else deleted after the entry was written
+            owner.unsettled[tag] = _decode_unsettled_at(store, skey, logged)
     return sorted(by_digest.values(), key=lambda r: r.key.sort_key())
 
 

@@ -18,7 +18,54 @@
 # in either byte order, strings) would. `origin` names the inbound delivery an outbound copy
 # was made from: its terminus digest + record id.
 
-from libc.stdlib cimport rand
+from libc.stdlib cimport free, rand, realloc
+
+
+# The record log (stores/termini.py): each loop iteration's changes are one store entry, the
+# concatenation of its entries below - a put, a delete, a prefix dropped - in the order made.
+# The records themselves change only at a checkpoint (Router.commit_log), with the net
+# changes since the one before: most deliveries are made and settled in between and never
+# touch them. So a loop iteration costs the store one put, not a B-tree update per record.
+cdef enum:
+    LOG_PUT = 0x50        # b"P" key-length(2) key value-length(4) value
+    LOG_DEL = 0x44        # b"D" key-length(2) key
+    LOG_DROP = 0x58       # b"X" prefix-length(2) prefix: every record under it goes
+
+cdef Py_ssize_t LOG_CHECKPOINT_BYTES = 16 << 20
+cdef double LOG_CHECKPOINT_SECONDS = 1.0
+
+
+cdef int jlog_entry(Router r, int op, bytes key, bytes value) except -1:
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
+    cdef Py_ssize_t need = r.jlog_n + 3 + nk + (4 + nv if op == LOG_PUT else 0)
+    cdef Py_ssize_t cap
+    cdef char* grown
+    cdef unsigned char* p
+    if need > r.jlog_cap:
+        cap = r.jlog_cap * 2 if r.jlog_cap else 65536
+        while cap < need:
+            cap *= 2
+        grown = <char*>realloc(r.jlog, cap)
+        if grown == NULL:
+            raise MemoryError()
+        r.jlog = grown
+        r.jlog_cap = cap
+    p = <unsigned char*>r.jlog + r.jlog_n
+    p[0] = op
+    p[1] = (nk >> 8) & 0xff
+    p[2] = nk & 0xff
+    memcpy(p + 3, PyBytes_AS_STRING(key), nk)
+    if op == LOG_PUT:
+        p += 3 + nk
+        p[0] = (nv >> 24) & 0xff
+        p[1] = (nv >> 16) & 0xff
+        p[2] = (nv >> 8) & 0xff
+        p[3] = nv & 0xff
+        if nv:
+            memcpy(p + 4, PyBytes_AS_STRING(value), nv)
+    r.jlog_n = need
+    return 0
 
 
 cdef enum:
@@ -114,24 +161,30 @@ cdef inline int j_put(Router r, Delivery d, bytes dkey, bytes state, bytes origi
                       bytes message, bint new=False) except -1:
     # `new`: the record did not exist before (a delivery just arrived or was just sent)
     cdef bytes key = delivery_key(d, dkey)
-    r.journal[key] = record_value(state, d.tag if d.tag_in_value else None, origin, message)
+    cdef bytes value = record_value(state, d.tag if d.tag_in_value else None, origin, message)
+    r.journal[key] = value
     if r.journal_del and key in r.journal_del:
-        # a delete of this key earlier in the batch (a tag reused once settled, 2.8.7): the
-        # put replaces it, and the store may still hold the old record, so not "new"
+        # a delete of this key earlier in the interval (a tag reused once settled, 2.8.7):
+        # the put replaces it, and the records may still hold the old one, so not "new"
         r.journal_del.discard(key)
         d.jgen = 0
     elif new:
         d.jgen = r.jgen
+    if r.committer is not None:
+        jlog_entry(r, LOG_PUT, key, value)
     r.schedule_flush()
     return 0
 
 
 cdef inline int j_del(Router r, Delivery d, bytes dkey) except -1:
     cdef bytes key = delivery_key(d, dkey)
+    if r.committer is not None:
+        jlog_entry(r, LOG_DEL, key, None)
     if d.jgen == r.jgen:
-        # made and settled within one loop iteration: the store never needs to see it
+        # made and settled within one checkpoint interval: the records never see it
         d.jgen = 0
         r.journal.pop(key, None)
+        r.schedule_flush()
         return 0
     if r.journal:
         r.journal.pop(key, None)
@@ -242,6 +295,8 @@ def producer_forgot(Router router not None, Delivery inbound not None):
 def forget(Router router not None, bytes dkey not None, bytes tag not None):
     """Drop the store record of a held delivery (in this iteration's group commit)."""
     cdef bytes key = record_key(dkey, tag)
+    if router.committer is not None:
+        jlog_entry(router, LOG_DEL, key, None)
     router.journal.pop(key, None)
     router.journal_del.add(key)
     router.schedule_flush()

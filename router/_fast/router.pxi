@@ -25,14 +25,20 @@ cdef class Router:
     cdef dict unroutable             # `to` -> (condition, description): cache of refusals
     cdef int64_t next_conn_id
     cdef readonly int64_t n_anonymous_rejected
-    # durability 2: store changes of this loop iteration, committed by `committer` before
-    # any output is written (durable.pxi)
+    # durability 2 (durable.pxi): the store changes since the last checkpoint, net (a record
+    # made and dropped in between is in neither), applied to the records at the checkpoint
     cdef public dict journal          # store key -> value to put
     cdef public set journal_del       # store keys to delete
-    # this batch's number: a delivery whose record it made has the same (Delivery.jgen), and
-    # the store has no record of it yet
+    # the checkpoint interval's number: a delivery whose record was made in it has the same
+    # (Delivery.jgen), and the store's records do not hold it yet
     cdef uint32_t jgen
+    # committer(blob, None, None): this iteration's changes, one log entry, before any output;
+    # committer(None, puts, deletes): a checkpoint (stores/termini.py, "the record log")
     cdef public object committer
+    cdef char* jlog                   # this iteration's log entries
+    cdef Py_ssize_t jlog_n, jlog_cap
+    cdef Py_ssize_t jlog_since        # bytes logged since the last checkpoint
+    cdef double jckpt_at              # monotonic time of the last checkpoint
     # the delivery journal (journal.pxi): the rows not handed over yet, None while it is off;
     # journal_sink(batch) takes a batch (JournalWriter.append_buffers)
     cdef JournalBuffer jbuf
@@ -52,8 +58,12 @@ cdef class Router:
         self.journal = {}
         self.journal_del = set()
         self.jgen = 1
+        self.jckpt_at = monotonic()
         global durable_router
         durable_router = self
+
+    def __dealloc__(self):
+        free(self.jlog)
 
     cdef double now(self) noexcept:
         return monotonic()
@@ -80,18 +90,16 @@ cdef class Router:
         cdef Connection c
         cdef list dirty
         self.flush_scheduled = False
-        if self.journal or self.journal_del:
+        if self.jlog_n:
             # group commit (DESIGN.md section 5): everything this iteration changed is in the
-            # store before any frame that depends on it leaves
-            puts = self.journal
-            deletes = self.journal_del
+            # store, as one log entry, before any frame that depends on it leaves
+            self.commit_log(False)
+        elif self.committer is None and (self.journal or self.journal_del):
             self.journal = {}
             self.journal_del = set()
             self.jgen += 1
             if self.jgen == 0:
                 self.jgen = 1
-            if self.committer is not None:
-                self.committer(puts, deletes)
         if self.jbuf is not None and self.jbuf.n and (
                 self.jbuf.n >= JOURNAL_BATCH_ROWS or
                 monotonic() - self.jbuf.handed >= JOURNAL_BATCH_SECONDS):
@@ -105,6 +113,48 @@ cdef class Router:
                         c.flush_output()
                     except Exception:
                         log.exception("[C%d] write failed", c.conn_id)
+
+    cdef int commit_log(self, bint force) except -1:
+        cdef bytes blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
+        cdef double t
+        self.jlog_since += self.jlog_n
+        self.jlog_n = 0
+        if not force and self.jlog_since < LOG_CHECKPOINT_BYTES:
+            t = monotonic()
+            force = t - self.jckpt_at >= LOG_CHECKPOINT_SECONDS
+        if not force:
+            self.committer(blob, None, None)
+            return 0
+        # a checkpoint: the net changes go to the records, the log entries since the last
+        # one go (this iteration's changes are in the net ones, so its entry is not written)
+        puts = self.journal
+        deletes = self.journal_del
+        self.journal = {}
+        self.journal_del = set()
+        self.jlog_since = 0
+        self.jckpt_at = monotonic()
+        self.jgen += 1
+        if self.jgen == 0:
+            self.jgen = 1
+        self.committer(None, puts, deletes)
+        return 0
+
+    def checkpoint(self):
+        """Apply the store changes logged since the last checkpoint to the records now (a
+        timer while traffic is quiet, and before stopping): the log entries go."""
+        if self.committer is not None and (self.jlog_since or self.jlog_n):
+            self.commit_log(True)
+
+    def drop_records(self, bytes prefix not None):
+        """A terminus is gone with its records (key prefix `prefix`): its changes waiting
+        for the checkpoint go, and the log says so, so that replaying it after a crash does
+        not bring back a record the terminus had before."""
+        if self.committer is None:
+            return
+        for key in [k for k in self.journal if k.startswith(prefix)]:
+            del self.journal[key]
+        jlog_entry(self, LOG_DROP, prefix, None)
+        self.schedule_flush()
 
     def journal_start(self, sink not None, uint64_t sample_threshold=1 << 32, spare=None):
         """Journal every delivery event from now on (docs/journal.md). `sink(batch)` gets the
