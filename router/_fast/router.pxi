@@ -116,12 +116,11 @@ cdef class Router:
 
     cdef int commit_log(self, bint force) except -1:
         cdef bytes blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
-        cdef double t
         self.jlog_since += self.jlog_n
         self.jlog_n = 0
-        if not force and self.jlog_since < LOG_CHECKPOINT_BYTES:
-            t = monotonic()
-            force = t - self.jckpt_at >= LOG_CHECKPOINT_SECONDS
+        if not force:
+            force = (self.jlog_since >= LOG_CHECKPOINT_BYTES or
+                     monotonic() - self.jckpt_at >= LOG_CHECKPOINT_SECONDS)
         if not force:
             self.committer(blob, None, None)
             return 0
