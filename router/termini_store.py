@@ -25,7 +25,6 @@ from stores.termini import (
     fold_log,
     load_termini,
     log_drop_entry,
-    log_key,
     save_terminus,
     unsettled_prefix,
 )
@@ -51,10 +50,7 @@ class StorePersistence:
         self.on_commit: Callable[[float], None] | None = None
         # called with a deleted terminus's record prefix (the engine's Router.drop_records)
         self.on_drop: Callable[[bytes], None] | None = None
-        # the record log (stores/termini.py): the next entry's number, the oldest not folded
-        self._seq = 0
-        self._first = 0
-        self._recovered = False
+        self._recovered = False  # the record log of a previous run folded (stores/termini.py)
 
     @classmethod
     def open(cls, name: str, path: str | None, sync: str = "batched") -> StorePersistence:
@@ -71,9 +67,8 @@ class StorePersistence:
         self._recover()
         with self.store.batch() as b:
             delete_terminus(b, tkey)
-            # logged puts of its records, older than this, must not come back in a replay
-            b.put(log_key(self._seq), log_drop_entry(prefix))
-        self._seq += 1
+        # logged puts of its records, older than this, must not come back in a replay
+        self.store.log_append(log_drop_entry(prefix))
         self._committed()
         if self.on_drop is not None:
             self.on_drop(prefix)
@@ -87,7 +82,7 @@ class StorePersistence:
 
     def _recover(self) -> None:
         """Once, before the first write: fold what a previous run logged into the records,
-        so that this run's log starts empty at entry 0."""
+        so that this run's log starts empty."""
         if not self._recovered:
             folded = fold_log(self.store)
             if folded:
@@ -99,17 +94,14 @@ class StorePersistence:
     ) -> None:
         """The data plane's group commit (Router.commit_log): one loop iteration's changes
         as one log entry (`blob`), or a checkpoint: the net changes since the last one
-        (`puts`, `deletes`) applied to the records and the log entries deleted, in one
-        transaction."""
+        (`puts`, `deletes`) committed to the records in one transaction, then the log
+        emptied."""
         self._recover()
         if blob is not None:
-            self.store.commit_writes({log_key(self._seq): blob})
-            self._seq += 1
+            self.store.log_append(blob)
         else:
-            dels = set(deletes) if deletes else set()
-            dels.update(log_key(seq) for seq in range(self._first, self._seq))
-            self._first = self._seq
-            self.store.commit_writes(puts or {}, dels)
+            self.store.commit_writes(puts or {}, deletes)
+            self.store.log_clear()
         self._committed()
 
     def mark_alive(self, now: float | None = None) -> None:

@@ -31,13 +31,19 @@ import abc
 import fcntl
 import json
 import os
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from types import TracebackType
 from typing import ClassVar, Self
 
 SCHEMA_VERSION = 1
 """The on-disk schema this code writes and the newest it reads."""
+
+LOG_FILE = "qrouter-records.log"
+"""The router's record log (stores/termini.py), next to the backend's files."""
+_LOG_FRAME = struct.Struct(">II")  # entry length, crc32 of the entry
 
 META_KEY = b"\x00meta/schema"
 _META_TAG = "qrouter-termini"
@@ -133,6 +139,9 @@ class TerminusStore(abc.ABC):
         self._closed = False
         self._lock_fd: int | None = None
         self._last_flush = time.monotonic()
+        self._log_fd: int | None = None
+        self._log_synced = time.monotonic()
+        self._log_memory: list[bytes] = []  # the record log of a store without a directory
 
     @classmethod
     def open(cls, path: str | None, *, sync: str = "batched", flush_interval: float = 1.0) -> Self:
@@ -195,8 +204,108 @@ class TerminusStore(abc.ABC):
         self._closed = True
         try:
             self._close()
+            if self._log_fd is not None:
+                os.fsync(self._log_fd)
         finally:
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
             self._unlock()
+
+    # ---- the record log (stores/termini.py) ------------------------------------------------
+    #
+    # A plain append-only file in the store's directory: each entry is framed by its length
+    # and crc32. Appending costs one write(2): no B-tree, memtable or compaction. The sync mode
+    # applies as to commits: ``always`` fdatasyncs every append, ``batched`` at most every
+    # `flush_interval`. A crash can leave a torn last entry: its output never left (the
+    # router writes none before the append returns), so readers drop it; a bad entry before
+    # the last is corruption (StoreError).
+
+    def log_append(self, entry: bytes) -> None:
+        self._check_usable()
+        t0 = time.perf_counter()
+        if not self._log_on_disk():
+            self._log_memory.append(entry)
+        else:
+            fd = self._log_file()
+            frame = _LOG_FRAME.pack(len(entry), zlib.crc32(entry))
+            try:
+                written = os.writev(fd, [frame, entry])
+                if written != len(frame) + len(entry):  # a full disk, say
+                    raise OSError(f"short write ({written} of {len(frame) + len(entry)} bytes)")
+                if self.sync == "always" or (
+                    time.monotonic() - self._log_synced >= self.flush_interval
+                ):
+                    os.fdatasync(fd)
+                    self._log_synced = time.monotonic()
+            except OSError as exc:
+                raise StoreError(f"{self.describe()}: record log write failed: {exc}") from exc
+        elapsed = time.perf_counter() - t0
+        self.commit_count += 1
+        self.last_commit_seconds = elapsed
+        self.commit_seconds_total += elapsed
+
+    def log_read(self) -> list[bytes]:
+        """Every entry of the record log, oldest first."""
+        self._check_usable()
+        if not self._log_on_disk():
+            return list(self._log_memory)
+        try:
+            with open(os.path.join(self.path, LOG_FILE), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"{self.describe()}: record log unreadable: {exc}") from exc
+        out: list[bytes] = []
+        pos, n = 0, len(data)
+        while pos < n:
+            if pos + _LOG_FRAME.size > n:
+                break  # a torn last entry
+            length, crc = _LOG_FRAME.unpack_from(data, pos)
+            end = pos + _LOG_FRAME.size + length
+            entry = data[pos + _LOG_FRAME.size : end]
+            if end > n:
+                break  # a torn last entry
+            if zlib.crc32(entry) != crc:
+                if end == n:
+                    break  # a torn last entry
+                raise StoreError(
+                    f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
+                )
+            out.append(entry)
+            pos = end
+        return out
+
+    def log_clear(self) -> None:
+        """Empty the record log (after its changes were committed to the records)."""
+        self._check_usable()
+        if not self._log_on_disk():
+            self._log_memory.clear()
+            return
+        if self._log_fd is None and not os.path.exists(os.path.join(self.path, LOG_FILE)):
+            return
+        fd = self._log_file()
+        try:
+            os.ftruncate(fd, 0)
+            if self.sync == "always":
+                os.fdatasync(fd)
+        except OSError as exc:
+            raise StoreError(f"{self.describe()}: record log truncate failed: {exc}") from exc
+
+    def _log_on_disk(self) -> bool:
+        return self.marker_file is not None and bool(self.path)
+
+    def _log_file(self) -> int:
+        if self._log_fd is None:
+            assert self.path is not None
+            try:
+                self._log_fd = os.open(
+                    os.path.join(self.path, LOG_FILE), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+                )
+            except OSError as exc:
+                raise StoreError(f"{self.describe()}: record log: {exc}") from exc
+        return self._log_fd
 
     def __enter__(self) -> Self:
         return self
@@ -287,7 +396,7 @@ class TerminusStore(abc.ABC):
         # before anything is written into it.
         if LOCK_FILE in listing:
             self._lock(path)
-        entries = sorted(listing - {LOCK_FILE})
+        entries = sorted(listing - {LOCK_FILE, LOG_FILE})
         if entries and self.marker_file not in entries:
             self._unlock()
             hint = ""

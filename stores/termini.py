@@ -35,14 +35,15 @@ refuse such a record (unknown flags) rather than misread it.
 A record that does not decode, or whose version is newer than this code, is a `StoreError`
 naming the key — never skipped, because a skipped record is an unsettled delivery lost.
 
-The record log (``w/<seq>``, seq an 8-byte big-endian counter). The router does not update
-``u/`` records per delivery as they change: each loop iteration's changes are one log entry,
-the concatenation, in the order made, of ``P`` key-length(2) key value-length(4) value (a put),
-``D`` key-length(2) key (a delete) and ``X`` prefix-length(2) prefix (every record under the
-prefix goes: a terminus deleted). About once a second (a checkpoint) the net changes since the
-previous checkpoint are applied to the ``u/`` records and the log entries deleted, in one
-transaction. Most deliveries are made and settled within a second, so they cost the store one
-append each and never touch the records' B-tree (LMDB) or levels (LevelDB). Whoever reads the
+The record log (`TerminusStore.log_append`: a file beside the backend's, qrouter-records.log).
+The router does not update ``u/`` records per delivery as they change: each loop iteration's
+changes are one log entry, the concatenation, in the order made, of ``P`` key-length(2) key
+value-length(4) value (a put), ``D`` key-length(2) key (a delete) and ``X`` prefix-length(2)
+prefix (every record under the prefix goes: a terminus deleted). About once a second or
+16 MiB (a checkpoint) the net changes since the previous checkpoint are committed to the
+``u/`` records in one transaction, and then the log is emptied. Most deliveries are made and
+settled within a second, so they cost the store a share of one append per loop iteration
+and never touch the records' B-tree (LMDB) or levels (LevelDB). Whoever reads the
 records replays the log over them first (`read_log`): `load_termini` in memory, and the router
 at start-up into the store (`fold_log`). A logged put of a terminus that is no longer stored
 (deleted after the entry was written) is dropped.
@@ -68,7 +69,6 @@ EXPIRY_POLICIES: tuple[str, ...] = get_args(ExpiryPolicy)
 
 TERMINUS_PREFIX = b"t/"
 UNSETTLED_PREFIX = b"u/"
-LOG_PREFIX = b"w/"
 MAX_TAG_SIZE = 32  # 2.8.7 delivery-tag: at most 32 octets
 RECORD_VERSION = 1
 
@@ -217,10 +217,6 @@ def delete_terminus(batch: Batch, key: TerminusKey) -> None:
 _LOG_PUT, _LOG_DEL, _LOG_DROP = 0x50, 0x44, 0x58
 
 
-def log_key(seq: int) -> bytes:
-    return LOG_PREFIX + seq.to_bytes(8, "big")
-
-
 def log_drop_entry(prefix: bytes) -> bytes:
     """A log entry saying every record under `prefix` is gone."""
     return bytes([_LOG_DROP]) + len(prefix).to_bytes(2, "big") + prefix
@@ -244,12 +240,11 @@ def log_delete_entry(key: bytes) -> bytes:
 @dataclass
 class LogReplay:
     """The net effect of the record log: `drops` (prefixes whose stored records go, applied
-    first), then `changes` (key -> value to put, or None to delete). `keys`: the log's own
-    store keys."""
+    first), then `changes` (key -> value to put, or None to delete); `entries` read."""
 
     drops: list[bytes] = field(default_factory=list)
     changes: dict[bytes, bytes | None] = field(default_factory=dict)
-    keys: list[bytes] = field(default_factory=list)
+    entries: int = 0
 
 
 def read_log(store: TerminusStore) -> LogReplay:
@@ -257,13 +252,13 @@ def read_log(store: TerminusStore) -> LogReplay:
     parse (never skipped: it holds deliveries)."""
     out = LogReplay()
     changes = out.changes
-    for skey, blob in store.scan(LOG_PREFIX):
-        out.keys.append(skey)
+    for blob in store.log_read():
+        out.entries += 1
         pos, n = 0, len(blob)
         try:
             while pos < n:
                 if pos + 3 > n:
-                    raise ValueError("truncated entry")
+                    raise ValueError("truncated")
                 op = blob[pos]
                 klen = int.from_bytes(blob[pos + 1 : pos + 3], "big")
                 key = blob[pos + 3 : pos + 3 + klen]
@@ -286,17 +281,23 @@ def read_log(store: TerminusStore) -> LogReplay:
                         changes[k] = None
                     out.drops.append(key)
                 else:
-                    raise ValueError(f"unknown entry {op:#x} at {pos}")
+                    raise ValueError(f"unknown entry {op:#x}")
+                if not key.startswith(UNSETTLED_PREFIX):
+                    raise ValueError(f"key {key!r} is not a delivery record's")
         except ValueError as exc:
-            raise StoreError(f"{store.describe()}: log entry {skey!r} is corrupt: {exc}") from exc
+            raise StoreError(
+                f"{store.describe()}: record log entry {out.entries} is corrupt: {exc}"
+            ) from exc
     return out
 
 
 def fold_log(store: TerminusStore) -> int:
-    """Apply the record log to the records and delete it, in one transaction (the router,
-    at start-up). Returns the number of log entries folded."""
+    """Apply the record log to the records in one transaction, then empty it (the router, at
+    start-up). Returns the number of log entries folded. Replaying entries already applied
+    changes nothing, so a crash between the two steps is harmless."""
     replay = read_log(store)
-    if not replay.keys:
+    if not replay.entries:
+        store.log_clear()  # a torn entry alone
         return 0
     alive: dict[bytes, bool] = {}
     with store.batch() as b:
@@ -307,9 +308,9 @@ def fold_log(store: TerminusStore) -> int:
                 b.delete(key)
             elif _terminus_stored(store, key, alive):
                 b.put(key, value)
-        for key in replay.keys:
-            b.delete(key)
-    return len(replay.keys)
+    store.flush()
+    store.log_clear()
+    return replay.entries
 
 
 def _terminus_stored(store: TerminusStore, ukey: bytes, alive: dict[bytes, bool]) -> bool:
