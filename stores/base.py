@@ -250,6 +250,7 @@ class TerminusStore(abc.ABC):
         self._check_usable()
         if not self._log_on_disk():
             return list(self._log_memory)
+        assert self.path is not None
         try:
             with open(os.path.join(self.path, LOG_FILE), "rb") as f:
                 data = f.read()
@@ -283,6 +284,7 @@ class TerminusStore(abc.ABC):
         if not self._log_on_disk():
             self._log_memory.clear()
             return
+        assert self.path is not None
         if self._log_fd is None and not os.path.exists(os.path.join(self.path, LOG_FILE)):
             return
         fd = self._log_file()

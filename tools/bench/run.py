@@ -258,6 +258,9 @@ def run_load(
     try:
         for i in range(receivers):
             rport = str(ports[i % len(ports)])
+            renv: dict[str, str] | None = env
+            if receivers > 1:  # each its own link: distinct container-ids (amqp_load.c)
+                renv = {**(env or os.environ), "AMQP_LOAD_CONTAINER": f"amqp-load-recv-{i}"}
             recv = [load, "recv", HOST, rport, addr, str(count), str(cfg.credit), str(cfg.body)]
             procs.append(
                 subprocess.Popen(
@@ -265,7 +268,7 @@ def run_load(
                     text=True,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
-                    env=env,
+                    env=renv,
                 )
             )
         if listen:
