@@ -53,6 +53,16 @@ def test_stalled_consumer_pushes_back_to_the_producer(router: Any) -> None:
     run = ThreadedRun(Stalled(r["A"].url, r["C"].url, "stall.q"), timeout=30).start()
     h: Stalled = run.handler  # type: ignore[assignment]
     retry(lambda: h.received == 10, timeout=10, message=h.progress)
+    # the path fills for a while after the consumer stops (slower on a loaded machine):
+    # wait, bounded, until the producer has sent nothing for half a second
+    seen = [h.sent, time.monotonic()]
+
+    def settled() -> bool:
+        if h.sent != seen[0]:
+            seen[:] = [h.sent, time.monotonic()]
+        return time.monotonic() - seen[1] >= 0.5
+
+    retry(settled, timeout=10, message=lambda: f"the producer still gets credit: {h.progress()}")
     before = h.sent
     time.sleep(1.0)
     print(f"\nsent {h.sent} into a chain of 3 whose consumer holds 10")
