@@ -21,11 +21,12 @@
 from libc.stdlib cimport free, rand, realloc
 
 
-# The record log (stores/termini.py): each loop iteration's changes are one store entry, the
-# concatenation of its entries below - a put, a delete, a prefix dropped - in the order made.
-# The records themselves change only at a checkpoint (Router.commit_log), with the net
-# changes since the one before: most deliveries are made and settled in between and never
-# touch them. So a loop iteration costs the store one put, not a B-tree update per record.
+# The record log (stores/termini.py): each loop iteration's changes are one entry appended
+# to the store's log file, the concatenation of the items below - a put, a delete, a prefix
+# dropped - in the order made. The records themselves change only at a checkpoint
+# (Router.commit_log), with the net changes since the one before: most deliveries are made
+# and settled in between and never touch them. So a loop iteration costs the store one
+# write(2), not a B-tree update per record.
 cdef enum:
     LOG_PUT = 0x50        # b"P" key-length(2) key value-length(4) value
     LOG_DEL = 0x44        # b"D" key-length(2) key
@@ -214,8 +215,9 @@ cdef bytes durable_tag(Link link):
 
 cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) except -1:
     """A producer resent (2.6.13) a delivery the router already holds: the held one takes the
-    new delivery-id; the router does not forward it again. If its outcome is known it is sent
-    again; if the producer now settles it, the settlement goes on to the consumers."""
+    new delivery-id; the router does not forward it again, unless no copy of it was ever made.
+    If its outcome is known it is sent again; if the producer now settles it, the settlement
+    goes on to the consumers."""
     cdef Session s = link.session
     old.link = link
     old.delivery_id = d.delivery_id
@@ -233,6 +235,14 @@ cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) excep
     if old.outcome_sent and old.outcome_raw is not None:
         old.outcome_sent = False
         apply_outcome(old, old.outcome_code, old.outcome_raw)
+    elif not old.outcome_sent and old.out is None and old.copies is None and \
+            old.payload is not None and link.address is not None and \
+            not (link.address.undelivered and old in link.address.undelivered):
+        # held and never forwarded, and not waiting in the address's queue either: it was
+        # waiting for a consumer's credit when the router stopped, so no copy of it was made
+        # (the queue is not kept). It goes out now, as if it had just arrived.
+        link.address.forward(old, <const uint8_t*>PyBytes_AS_STRING(old.payload),
+                             PyBytes_GET_SIZE(old.payload))
     return 0
 
 

@@ -115,15 +115,17 @@ cdef class Router:
                         log.exception("[C%d] write failed", c.conn_id)
 
     cdef int commit_log(self, bint force) except -1:
-        cdef bytes blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
+        cdef bytes blob
         self.jlog_since += self.jlog_n
-        self.jlog_n = 0
         if not force:
             force = (self.jlog_since >= LOG_CHECKPOINT_BYTES or
                      monotonic() - self.jckpt_at >= LOG_CHECKPOINT_SECONDS)
         if not force:
+            blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
+            self.jlog_n = 0
             self.committer(blob, None, None)
             return 0
+        self.jlog_n = 0
         # a checkpoint: the net changes go to the records, the log entries since the last
         # one go (this iteration's changes are in the net ones, so its entry is not written)
         puts = self.journal
