@@ -51,11 +51,24 @@ def free_port(host: str = HOST) -> int:
     test from getting in the way. (A tiny race with another process picking the
     same port is possible; the kernel hands out ephemeral ports round-robin,
     which makes it very unlikely.)
+
+    The kernel may hand the same port out twice in a row, since nothing holds
+    it between the calls: a router given one port for its normal and its
+    inter-router listener then refuses to start. So a port handed out before in
+    this process is never handed out again.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise HarnessError("no loopback port left that was not handed out before")
+
+
+_handed_out: set[int] = set()
 
 
 def retry(

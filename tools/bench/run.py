@@ -95,10 +95,22 @@ class Row:
 # ---------------------------------------------------------------- processes and /proc
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A free loopback port, never one handed out before in this run.
+
+    Nothing holds a port between calls, so the kernel may return the same one twice;
+    a router given it for two listeners would refuse to start.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def listening(port: int) -> bool:
