@@ -302,15 +302,16 @@ cdef int release_inbound(Delivery inb) except -1:
     return 0
 
 
-cdef int copy_outcome(Delivery out, int code, bytes raw, bint settled) except -1:
-    """A consumer's outbound copy reached a terminal state: tell its inbound delivery."""
+cdef int copy_outcome(Delivery out, int code, bytes raw, bint journal) except -1:
+    """A consumer's outbound copy reached a terminal state: tell its inbound delivery.
+    `journal` false: the caller journalled the outcome (with the copy's settlement)."""
     cdef Delivery inb = out.inbound
     if inb is None or out.outcome_sent:
         return 0
     out.outcome_sent = True
     out.remote_state = code
     out.remote_state_raw = raw
-    if journaling(out.link):
+    if journal and journaling(out.link):
         # released / modified: the delivery returns to the router (it may go out again)
         jr(out.link, out, inb, J_OUTCOME, journal_outcome(code), 0,
            J_RELEASED_BACK if code == D_RELEASED or code == D_MODIFIED else -1)
@@ -362,8 +363,9 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
     elif code == D_MODIFIED:
         link.n_modified += 1
     if journaling(link):
-        jr(link, inb, inb, J_OUTCOME, journal_outcome(code), 0,
-           J_SETTLED if link.rcv_settle_mode == RCV_FIRST else -1)
+        # settled at once (rcv-settle-mode first): one row says both
+        jr(link, inb, inb, J_SETTLED if link.rcv_settle_mode == RCV_FIRST else J_OUTCOME,
+           journal_outcome(code), 0, -1)
     if link.rcv_settle_mode == RCV_FIRST:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, True, raw)
         link.session.unsettled_in.pop(inb.delivery_id, None)

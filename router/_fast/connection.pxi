@@ -1171,21 +1171,32 @@ cdef class Connection:
                 d.inbound.link.conn.queue_disposition(d.inbound.link.session, True,
                                                       d.inbound.delivery_id, False, raw)
                 return 0
-            if is_terminal(code):
-                copy_outcome(d, code, raw, settled)
-            elif settled:
+            if settled and not is_terminal(code):
                 # settled with no outcome: the consumer took it (3.4: settlement without a
                 # terminal state; our sources have no default-outcome)
-                copy_outcome(d, D_ACCEPTED, _STATE_ACCEPTED, True)
+                code = D_ACCEPTED
+                raw = _STATE_ACCEPTED
             if settled and not d.settled:
+                # The copy is done before its outcome travels on, so that settling the
+                # producer's delivery (settle_copies) does not send the consumer a
+                # disposition for what it settled itself. One journal row says both, with
+                # the outcome unless an earlier disposition brought it.
                 d.settled = True
                 table.pop(d.delivery_id, None)
                 if d.link is not None:
                     d.link.unsettled_count -= 1
                     if journaling(d.link):
-                        jr(d.link, d, d.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
+                        if d.outcome_sent or d.inbound is None:
+                            jr(d.link, d, d.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
+                        else:
+                            jr(d.link, d, d.inbound, J_SETTLED, journal_outcome(code), 0,
+                               J_RELEASED_BACK if code == D_RELEASED or code == D_MODIFIED
+                               else -1)
                     if d.link.durable_key is not None and d.tag is not None:
                         j_del(self.router, d, d.link.durable_key)
+                copy_outcome(d, code, raw, False)
+            elif is_terminal(code):
+                copy_outcome(d, code, raw, True)
         elif settled and not d.settled:
             # the producer settled: relay the settlement to the copies (exactly-once's final
             # step, 3.8.3)

@@ -322,7 +322,7 @@ def consumer_state(Delivery out not None, int code, bytes raw):
     """Re-attach showed the consumer holds this copy in a terminal state: that outcome
     travels to the producer as if it had just arrived."""
     if is_terminal(code):
-        copy_outcome(out, code, raw, False)
+        copy_outcome(out, code, raw, True)
 
 
 def state_code(bytes raw):

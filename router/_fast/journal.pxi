@@ -343,8 +343,8 @@ cdef int jr(Link link, Delivery d, Delivery inb, int event, int outcome, Py_ssiz
     """One row: `event` on `link` for its delivery `d`; `inb` is the inbound delivery `d`
     copies (or `d` itself on the link it arrived on): the origin. None for a delivery the
     router made itself. `then` (unless -1): a second row, the event that follows at once
-    (settled after received or outcome, released-back after outcome), copied from the first
-    rather than built again."""
+    (settled after a pre-settled received, released-back after a released or modified
+    outcome), copied from the first rather than built again."""
     cdef JournalLink jl = link.jlink
     cdef JournalBuffer b
     cdef JournalLink origin = None

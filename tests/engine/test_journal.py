@@ -32,8 +32,9 @@ def rows(core: Any, w: JournalWriter) -> list[dict[str, Any]]:
 
 
 def test_rows_of_deliveries_with_each_outcome(tmp_path: Path) -> None:
-    """Unsettled, rcv-settle-mode first: received, forwarded, the consumer's outcome, the
-    outcome told the producer, both settled; released adds released-back (3.4)."""
+    """Unsettled, rcv-settle-mode first: received, forwarded, then one row each where a
+    disposition settles with its outcome (the consumer's, the producer's); released adds
+    released-back (3.4)."""
     core, w = journalled(tmp_path)
     consumer = Peer(core, container="sub")
     rcv = consumer.receiver("orders", name="sub-link", credit=10)
@@ -65,12 +66,11 @@ def test_rows_of_deliveries_with_each_outcome(tmp_path: Path) -> None:
         want = [
             ("pub-link", "received", None),
             ("sub-link", "forwarded", None),
-            ("sub-link", "outcome", outcome),
+            ("sub-link", "settled", outcome),
         ]
         if outcome == "released":
             want.append(("sub-link", "released-back", None))
-        want += [("pub-link", "outcome", outcome), ("pub-link", "settled", None)]
-        want.append(("sub-link", "settled", None))
+        want.append(("pub-link", "settled", outcome))
         assert sorted(seen, key=str) == sorted(want, key=str)
         for r in events:
             # the tag on the producer's link is its own; on the consumer's the router's
@@ -78,10 +78,38 @@ def test_rows_of_deliveries_with_each_outcome(tmp_path: Path) -> None:
             assert len(r["tag"]) in (4, 8)
             assert r["size"] > 0 if r["event"] in ("received", "forwarded") else r["size"] == 0
         times = {r["event"]: r["time_ns"] for r in events if r["link"] == "pub-link"}
-        assert times["received"] <= times["outcome"] == times["settled"]
+        assert times["received"] <= times["settled"]
     connections = {r["link"]: r["connection"] for r in table}
     assert connections["pub-link"] != connections["sub-link"]
     assert all(r["credit_stall_ns"] is None for r in table)
+
+
+def test_outcome_before_settlement_is_two_rows(tmp_path: Path) -> None:
+    """A consumer that tells its outcome before it settles (two dispositions) gets an
+    `outcome` row and later a `settled` row without one; the producer (rcv-settle-mode
+    first) is settled with the outcome in one row."""
+    core, w = journalled(tmp_path)
+    consumer = Peer(core, container="sub")
+    rcv = consumer.receiver("orders", name="sub-link", credit=10)
+    producer = Peer(core, container="pub")
+    snd = producer.sender("orders", name="pub-link")
+    pump(consumer, producer)
+    send(snd, "m", tag=b"t1")
+    pump(consumer, producer)
+    ((d, _),) = receive(rcv)
+    d.update(Delivery.ACCEPTED)
+    pump(consumer, producer)
+    d.settle()
+    pump(consumer, producer)
+
+    seen = [(r["link"], r["event"], r["outcome"]) for r in rows(core, w)]
+    assert seen == [
+        ("pub-link", "received", None),
+        ("sub-link", "forwarded", None),
+        ("sub-link", "outcome", "accepted"),
+        ("pub-link", "settled", "accepted"),
+        ("sub-link", "settled", None),
+    ]
 
 
 def test_presettled_is_received_and_settled(tmp_path: Path) -> None:
@@ -123,8 +151,8 @@ def test_sampling_keeps_every_row_of_a_kept_delivery(tmp_path: Path) -> None:
         o = r["origin_prefix"] + r["origin_tag"].hex()
         per_origin[o] = per_origin.get(o, 0) + 1
     assert set(per_origin) == kept and 30 < len(kept) < 90
-    assert set(per_origin.values()) == {6}
-    assert w.rows_sampled_out == 6 * (len(tags) - len(kept))
+    assert set(per_origin.values()) == {4}
+    assert w.rows_sampled_out == 4 * (len(tags) - len(kept))
 
 
 def test_engine_crc32_is_zlibs() -> None:
@@ -159,7 +187,7 @@ def test_batches_are_handed_over_and_their_buffers_reused(tmp_path: Path) -> Non
             d.update(Delivery.ACCEPTED)
             d.settle()
         pump(consumer, producer)
-        assert core.engine.journal_rows == 20 * 6
+        assert core.engine.journal_rows == 20 * 4
         core.engine.journal_flush()
         assert core.engine.journal_rows == 0
         w.flush()  # written: its buffers are spare now
@@ -168,5 +196,5 @@ def test_batches_are_handed_over_and_their_buffers_reused(tmp_path: Path) -> Non
     assert handed[2]["time_ns"] is handed[0]["time_ns"]
     assert handed[1]["time_ns"] is not handed[0]["time_ns"]
     table = rows(core, w)
-    assert len(table) == 3 * 20 * 6
+    assert len(table) == 3 * 20 * 4
     assert [r["event"] for r in table].count("received") == 60

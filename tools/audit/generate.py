@@ -5,9 +5,10 @@ on ``r0`` to a subscriber on ``r2`` takes two inter-router hops. Every message i
 every subscriber of its address along the line. Each router journals what the real one would:
 
 * at the router where a delivery arrives: ``received`` on the incoming link, then (once the
-  downstream outcomes are in) ``outcome`` and ``settled`` on that link;
+  downstream outcomes are in) ``settled`` with the outcome on that link;
 * for each outgoing link (an inter-router link or a subscriber's link): ``forwarded``, then
-  ``outcome`` and ``settled`` when the outcome comes back.
+  ``settled`` with the outcome when the outcome comes back (settled with it in one
+  disposition, as the router journals it).
 
 Timing is exact (plus an optional uniform jitter): ``transit_ns`` from ``received`` to
 ``forwarded`` in a router, ``wire_ns`` between routers, ``consumer_ns`` from ``forwarded`` to
@@ -170,8 +171,7 @@ class _Topology:
                     conn = self.connection(r, link)
                     rows.append(_Row(r, link, conn, "forwarded", t_fwd, False, k, False))
                     t_out = t_fwd + cfg.consumer_ns
-                    rows.append(_Row(r, link, conn, "outcome", t_out, True, k, False))
-                    rows.append(_Row(r, link, conn, "settled", t_out, False, k, False))
+                    rows.append(_Row(r, link, conn, "settled", t_out, True, k, False))
                     done = max(done, t_out)
             for step in (-1, 1):
                 nxt = r + step
@@ -184,11 +184,9 @@ class _Topology:
                 rows.append(_Row(r, link, conn, "forwarded", t_fwd, False, -1, False))
                 child_done = visit(nxt, t_fwd + cfg.wire_ns, link, r)
                 t_out = child_done + cfg.wire_ns
-                rows.append(_Row(r, link, conn, "outcome", t_out, True, -1, False))
-                rows.append(_Row(r, link, conn, "settled", t_out, False, -1, False))
+                rows.append(_Row(r, link, conn, "settled", t_out, True, -1, False))
                 done = max(done, t_out)
-            rows.append(_Row(r, in_link, conn_in, "outcome", done, True, -1, ingress))
-            rows.append(_Row(r, in_link, conn_in, "settled", done, False, -1, ingress))
+            rows.append(_Row(r, in_link, conn_in, "settled", done, True, -1, ingress))
             return done
 
         visit(pub, 0, f"pub-{a}-{j}", None)
@@ -373,7 +371,7 @@ def generate(
                 fwd = next(int(i) for i in sel if row_event[i] == "forwarded")
                 first = _row_dict(table, fwd, shift=0, tag_add=2)
                 extra.append(first)
-                for event, outcome in (("outcome", "released"), ("released-back", None)):
+                for event, outcome in (("settled", "released"), ("released-back", None)):
                     row = dict(first, event=event, outcome=outcome)
                     row["time_ns"] = first["time_ns"] + 1000
                     extra.append(row)

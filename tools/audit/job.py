@@ -255,6 +255,8 @@ def compute(
     events = _rows(
         ev.groupBy("router", "address", "event").agg(
             F.count(F.lit(1)).alias("count"),
+            # a `settled` row with an outcome says both (one disposition brought them)
+            F.count("outcome").alias("with_outcome"),
             F.sum(stall).alias("stall_total_ns"),
             F.max(stall).alias("stall_max_ns"),
         )
@@ -414,8 +416,11 @@ def compute(
         .when(F.col("publisher_link").isNotNull(), "publisher")
         .otherwise("consumer")
     )
+    has_outcome = (F.col("event") == "outcome") | (
+        (F.col("event") == "settled") & F.col("outcome").isNotNull()
+    )
     outcome_rows = _rows(
-        ev.filter(F.col("event") == "outcome")
+        ev.filter(has_outcome)
         .join(publisher_links, ["router", "link"], "left")
         .withColumn("side", side)
         .groupBy("router", "address", "side", "outcome")
@@ -684,6 +689,8 @@ def _assemble(**p: Any) -> dict[str, Any]:
             addr(r["address"])
         ev = by_router[r["router"]]["events"]
         ev[r["event"]] = ev.get(r["event"], 0) + r["count"]
+        if r["event"] == "settled" and r["with_outcome"]:
+            ev["outcome"] = ev.get("outcome", 0) + r["with_outcome"]
     for a, r in p["published"].items():
         addr(a).update(published=r["published"], publishes=r["publishes"])
     for a, r in p["delivered"].items():
