@@ -384,12 +384,18 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
 cdef int settle_copies(Delivery inb) except -1:
     """The inbound delivery is settled: settle its copies the consumers still hold (the
     producer's settlement travels forward)."""
-    cdef Delivery out
-    if inb.out is not None:
-        settle_out(inb.out)
+    cdef Delivery out = inb.out
+    if out is not None:
+        # The inbound is done and lets go of its copy; the copy still names its inbound (its
+        # later outcome, settlement and journal rows need it). So no reference cycle is left
+        # and both are freed by reference count as soon as the session maps drop them, not
+        # by the cyclic garbage collector, which cost about a sixth of the router's CPU.
+        inb.out = None
+        settle_out(out)
     elif inb.copies is not None:
         for out in inb.copies:
             settle_out(out)
+        del inb.copies[:]         # as above; the list stays: it marks a multicast delivery
     return 0
 
 

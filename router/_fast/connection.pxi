@@ -417,9 +417,13 @@ cdef class Connection:
             if not more:
                 break
         self.touch()
-        if presettled and inb is not None and not inb.presettled:
-            # the consumer asked for settled deliveries (at-most-once): its copy is done
-            copy_outcome(out, D_ACCEPTED, _STATE_ACCEPTED, True)
+        if presettled and inb is not None:
+            if not inb.presettled:
+                # the consumer asked for settled deliveries (at-most-once): its copy is done
+                copy_outcome(out, D_ACCEPTED, _STATE_ACCEPTED, True)
+            elif inb.out is out:
+                # at-most-once end to end: both are done; no reference cycle left (settle_copies)
+                inb.out = None
         return 1
 
     # --- input --------------------------------------------------------------------------------
