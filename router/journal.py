@@ -358,6 +358,7 @@ class JournalWriter:
 
     def _run(self) -> None:
         assert self._queue is not None
+        _lower_priority()
         while True:
             timeout = None
             if self._started is not None:
@@ -569,6 +570,20 @@ class JournalWriter:
         self._pending_rows = 0
         self._held = []
         self._started = None
+
+
+def _lower_priority(step: int = 10) -> None:
+    """Make the calling thread `step` nicer than it is (Linux: a thread has its own nice value).
+
+    The writer's Parquet encoding is not on any delivery's path: with the CPU busy, the
+    event loop and the clients go first and the writer takes the idle time. If that is not
+    enough for long, its bounded queue blocks the engine's handover, so nothing is dropped
+    and the router slows to what the journal can write (docs/journal.md "Cost")."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + step))
+    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority
+        pass
 
 
 def _batch_length(columns: Mapping[str, Sequence[Any]]) -> int:

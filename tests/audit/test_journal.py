@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -94,6 +95,18 @@ def test_flush_on_threaded_writer_publishes_everything(tmp_path: Path) -> None:
         assert read(w.segments).num_rows == 1000
     with pytest.raises(JournalError, match="closed"):
         w.append_batch(batch(0, 1))
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are POSIX")
+def test_writer_thread_is_nicer_than_the_event_loop(tmp_path: Path) -> None:
+    """The Parquet encoding yields the CPU to the forwarding path (docs/journal.md "Cost")."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with JournalWriter(tmp_path, "r1") as w:
+        w.append_batch(batch(0, 10))
+        w.flush()  # the thread has run its first lines
+        assert w._thread is not None and w._thread.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, w._thread.native_id) == min(19, mine + 10)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the caller's own is untouched
 
 
 def test_sampling_keeps_a_delivery_on_every_router(tmp_path: Path) -> None:
