@@ -31,16 +31,23 @@ def rows(core: Any, w: JournalWriter) -> list[dict[str, Any]]:
     return pq.ParquetDataset(w.segments).read().to_pylist()  # type: ignore[no-any-return]
 
 
-def test_rows_of_deliveries_with_each_outcome(tmp_path: Path) -> None:
-    """Unsettled, rcv-settle-mode first: received, forwarded, then one row each where a
-    disposition settles with its outcome (the consumer's, the producer's); released adds
-    released-back (3.4)."""
+def orders_pair(tmp_path: Path) -> tuple[Any, JournalWriter, Peer, Any, Peer, Any]:
+    """A journalled router with a consumer ("sub"/"sub-link", credit 10) and a producer
+    ("pub"/"pub-link") of `orders`, attached."""
     core, w = journalled(tmp_path)
     consumer = Peer(core, container="sub")
     rcv = consumer.receiver("orders", name="sub-link", credit=10)
     producer = Peer(core, container="pub")
     snd = producer.sender("orders", name="pub-link")
     pump(consumer, producer)
+    return core, w, consumer, rcv, producer, snd
+
+
+def test_rows_of_deliveries_with_each_outcome(tmp_path: Path) -> None:
+    """Unsettled, rcv-settle-mode first: received, forwarded, then one row each where a
+    disposition settles with its outcome (the consumer's, the producer's); released adds
+    released-back (3.4)."""
+    core, w, consumer, rcv, producer, snd = orders_pair(tmp_path)
     tags = [bytes([i]) * 8 for i in range(3)]
     for i, tag in enumerate(tags):
         send(snd, f"m{i}", tag=tag)
@@ -88,12 +95,7 @@ def test_outcome_before_settlement_is_two_rows(tmp_path: Path) -> None:
     """A consumer that tells its outcome before it settles (two dispositions) gets an
     `outcome` row and later a `settled` row without one; the producer (rcv-settle-mode
     first) is settled with the outcome in one row."""
-    core, w = journalled(tmp_path)
-    consumer = Peer(core, container="sub")
-    rcv = consumer.receiver("orders", name="sub-link", credit=10)
-    producer = Peer(core, container="pub")
-    snd = producer.sender("orders", name="pub-link")
-    pump(consumer, producer)
+    core, w, consumer, rcv, producer, snd = orders_pair(tmp_path)
     send(snd, "m", tag=b"t1")
     pump(consumer, producer)
     ((d, _),) = receive(rcv)
