@@ -302,18 +302,18 @@ cdef int release_inbound(Delivery inb) except -1:
     return 0
 
 
-cdef int copy_outcome(Delivery out, int code, bytes raw, bint journal) except -1:
+cdef int copy_outcome(Delivery out, int code, bytes raw, int event=J_OUTCOME) except -1:
     """A consumer's outbound copy reached a terminal state: tell its inbound delivery.
-    `journal` false: the caller journalled the outcome (with the copy's settlement)."""
+    `event` is the journal row's: J_SETTLED when the same disposition settled the copy."""
     cdef Delivery inb = out.inbound
     if inb is None or out.outcome_sent:
         return 0
     out.outcome_sent = True
     out.remote_state = code
     out.remote_state_raw = raw
-    if journal and journaling(out.link):
+    if journaling(out.link):
         # released / modified: the delivery returns to the router (it may go out again)
-        jr(out.link, out, inb, J_OUTCOME, journal_outcome(code), 0,
+        jr(out.link, out, inb, event, journal_outcome(code), 0,
            J_RELEASED_BACK if code == D_RELEASED or code == D_MODIFIED else -1)
     if inb.copies is None:
         return apply_outcome(inb, code, raw)

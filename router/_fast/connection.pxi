@@ -420,7 +420,7 @@ cdef class Connection:
         if presettled and inb is not None:
             if not inb.presettled:
                 # the consumer asked for settled deliveries (at-most-once): its copy is done
-                copy_outcome(out, D_ACCEPTED, _STATE_ACCEPTED, True)
+                copy_outcome(out, D_ACCEPTED, _STATE_ACCEPTED)
             elif inb.out is out:
                 # at-most-once end to end: both are done; no reference cycle left (settle_copies)
                 inb.out = None
@@ -1183,24 +1183,19 @@ cdef class Connection:
             if settled and not d.settled:
                 # The copy is done before its outcome travels on, so that settling the
                 # producer's delivery (settle_copies) does not send the consumer a
-                # disposition for what it settled itself. One journal row says both, with
-                # the outcome unless an earlier disposition brought it.
+                # disposition for what it settled itself. One journal row says both
+                # (copy_outcome's), unless an earlier disposition brought the outcome.
                 d.settled = True
                 table.pop(d.delivery_id, None)
                 if d.link is not None:
                     d.link.unsettled_count -= 1
-                    if journaling(d.link):
-                        if d.outcome_sent or d.inbound is None:
-                            jr(d.link, d, d.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
-                        else:
-                            jr(d.link, d, d.inbound, J_SETTLED, journal_outcome(code), 0,
-                               J_RELEASED_BACK if code == D_RELEASED or code == D_MODIFIED
-                               else -1)
+                    if journaling(d.link) and (d.outcome_sent or d.inbound is None):
+                        jr(d.link, d, d.inbound, J_SETTLED, J_NO_OUTCOME, 0, -1)
                     if d.link.durable_key is not None and d.tag is not None:
                         j_del(self.router, d, d.link.durable_key)
-                copy_outcome(d, code, raw, False)
+                copy_outcome(d, code, raw, J_SETTLED)
             elif is_terminal(code):
-                copy_outcome(d, code, raw, True)
+                copy_outcome(d, code, raw)
         elif settled and not d.settled:
             # the producer settled: relay the settlement to the copies (exactly-once's final
             # step, 3.8.3)

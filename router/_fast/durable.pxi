@@ -315,14 +315,14 @@ def forget(Router router not None, bytes dkey not None, bytes tag not None):
 def abandon_copy(Delivery out not None):
     """A durable consumer terminus is gone for good: its held copy may have been seen, so
     the producer hears MODIFIED(delivery-failed) (3.4.5), as for any lost consumer."""
-    copy_outcome(out, D_MODIFIED, _STATE_MODIFIED_FAILED, True)
+    copy_outcome(out, D_MODIFIED, _STATE_MODIFIED_FAILED)
 
 
 def consumer_state(Delivery out not None, int code, bytes raw):
     """Re-attach showed the consumer holds this copy in a terminal state: that outcome
     travels to the producer as if it had just arrived."""
     if is_terminal(code):
-        copy_outcome(out, code, raw, True)
+        copy_outcome(out, code, raw)
 
 
 def state_code(bytes raw):

@@ -312,7 +312,7 @@ cdef class Link:
                     continue
                 d.settled = True
                 if d.inbound is not None:
-                    copy_outcome(d, D_MODIFIED, _STATE_MODIFIED_FAILED, True)
+                    copy_outcome(d, D_MODIFIED, _STATE_MODIFIED_FAILED)
             for d in pend:
                 d.link = None
                 if d.inbound is None:
@@ -321,7 +321,7 @@ cdef class Link:
                     d.inbound.out = None
                     a.forward(d.inbound, NULL, 0)
                 else:
-                    copy_outcome(d, D_RELEASED, _STATE_RELEASED, True)
+                    copy_outcome(d, D_RELEASED, _STATE_RELEASED)
             if a is not None:
                 a.grant()
         else:
