@@ -50,6 +50,16 @@ def _default_id() -> str:
     return "qrouter-" + socket.gethostname()
 
 
+def default_store_path(router_id: str, store: str) -> str:
+    """Where a disk store lives when no path is given: ``$XDG_STATE_HOME/qrouter/ID/STORE``
+    (``~/.local/state`` when XDG_STATE_HOME is unset), as the XDG base directories define
+    per-user state that survives restarts."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(base, "qrouter", router_id, store)
+
+
 @dataclass
 class ListenerConfig:
     host: str = "127.0.0.1"
@@ -533,11 +543,9 @@ def _cross_check(
     if not cfg.id or any(ch.isspace() or not ch.isprintable() for ch in cfg.id):
         raise fail(origin("id"), f"{cfg.id!r}: must be non-empty, without spaces")
     if cfg.store != "memory" and not cfg.store_path:
-        where = origin("store")
-        what = f"store {cfg.store!r} needs " + (
-            "--store-path" if where[0] is None else "store_path"
-        )
-        raise fail(where, what)
+        # `qrouter start --store lmdb` works as it is: a per-user state folder per router id,
+        # so two routers of one user never share a store by accident
+        cfg.store_path = default_store_path(cfg.id, cfg.store)
     if cfg.users_file is not None:
         try:
             _readable_file("users_file", cfg.users_file)

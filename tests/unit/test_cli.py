@@ -91,7 +91,6 @@ def test_start_options(
     [
         (["--listen", "nope"], "qrouter: error: --listen: 'nope' is not HOST:PORT"),
         (["--address", "a=fanout"], "qrouter: error: --address: 'a=fanout': 'fanout' is not"),
-        (["--store", "lmdb"], "qrouter: error: --store: store 'lmdb' needs --store-path"),
         (["--config", "/nonexistent/q.toml"], "qrouter: error: /nonexistent/q.toml: cannot read"),
     ],
 )
@@ -100,6 +99,18 @@ def test_start_errors(started: list[RouterConfig], args: list[str], message: str
     assert result.exit_code == 2
     assert result.stderr.startswith(message), result.stderr
     assert started == []
+
+
+@pytest.mark.parametrize("store", ["lmdb", "leveldb"])
+def test_disk_store_without_a_path_uses_the_state_folder(
+    started: list[RouterConfig], store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the README's `qrouter start --store lmdb`: no --store-path needed
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    result = CliRunner().invoke(main, ["start", "--store", store, "--id", "r1"])
+    assert result.exit_code == 0, result.output
+    (cfg,) = started
+    assert cfg.store_path == str(tmp_path / "qrouter" / "r1" / store)
 
 
 @pytest.mark.parametrize("store", ["lmdb", "leveldb"])

@@ -133,7 +133,6 @@ distribution = "multicast"
         ("max_message_size = -1", "max_message_size", "out of range"),
         ("default_distribution = 'fanout'", "default_distribution", "'fanout' is not one of"),
         ("store = 'redis'", "store", "'redis' is not one of memory, lmdb, leveldb"),
-        ("store = 'lmdb'", "store", "needs store_path"),
         ("[log]\nlevel = 'loud'", "log.level", "'loud' is not one of"),
         ("[log]\nformat = 'xml'", "log.format", "'xml' is not one of text, json"),
         ("[log]\nmodules = { core = 'x' }", "log.modules.core", "'x' is not one of"),
@@ -287,7 +286,6 @@ def test_simple_overrides(write_config: WriteConfig, tmp_path: Path) -> None:
 
 
 def test_override_errors_name_the_option(write_config: WriteConfig, tmp_path: Path) -> None:
-    assert error_of(store="lmdb") == "--store: store 'lmdb' needs --store-path"
     assert error_of(store="redis").startswith("--store: 'redis' is not one of")
     assert error_of(id="a b").startswith("--id: ")
     assert error_of(log_level="loud").startswith("--log-level: ")
