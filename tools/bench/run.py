@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -770,6 +771,88 @@ def idle10k(b: Bench) -> Row:
     return row
 
 
+ABUSE_RSS_MIB = 256  # the stated bound on the router's RSS while it is being abused
+ABUSE_EACH = 4  # clients of each of abusers.py's five kinds: 20 in all
+
+
+def abuse(b: Bench) -> Row:
+    """Issue 13: one well-behaved one-hop stream (unsettled, 5 × --count messages a run) on a
+    router, first alone, then beside 20 abusive clients (tools/bench/abusers.py: deep nesting,
+    attach storms, slow-loris, stalled consumers fed at full speed, wrong passwords). The
+    stream should keep ≥ 0.8 of its calm rate and lose nothing; the router's RSS, sampled
+    every 50 ms while the abusers run, stays under ABUSE_RSS_MIB."""
+    if CHECKOUT and str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))  # the checkout's router package, as its routers use
+    from router.auth import hash_password
+
+    name = "one-hop unsettled, 20 abusers"
+    calm_name = "one-hop unsettled, calm (abuse baseline)"
+    base = b.direct()
+    count = b.cfg.count * 5
+    users = b.cfg.logs / "abuse-users"
+    users.write_text(f"bench:{hash_password('bench-secret')}\n")
+    calm: list[Run] = []
+    abused: list[Run] = []
+    rss_max = 0
+    try:
+        with Router(b.cfg.logs, name, "--users-file", str(users)) as router:
+            for i in range(b.cfg.repeat):
+                cpu0 = router.cpu_s()
+                calm.append(run_load(b.cfg, router.port, f"bench.calm.{i}", count=count))
+                calm[-1].router_cpu_s = router.cpu_s() - cpu0
+            abusers = subprocess.Popen(
+                [sys.executable, str(HERE / "abusers.py"), HOST, str(router.port)]
+                + ["--seconds", "600", "--each", str(ABUSE_EACH)],
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            stop_sampling = False
+
+            def sample() -> None:
+                nonlocal rss_max
+                while not stop_sampling and router.proc and router.proc.poll() is None:
+                    with suppress(BenchError, OSError):
+                        rss_max = max(rss_max, router.rss_kib())
+                    time.sleep(0.05)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            try:
+                time.sleep(3.0)  # every abuser connected and at work
+                for i in range(b.cfg.repeat):
+                    router.check()  # an abuser may have killed it
+                    cpu0 = router.cpu_s()
+                    abused.append(run_load(b.cfg, router.port, f"bench.abused.{i}", count=count))
+                    router.check()
+                    abused[-1].router_cpu_s = router.cpu_s() - cpu0
+            finally:
+                abusers.send_signal(signal.SIGTERM)
+                try:
+                    out = abusers.communicate(timeout=30)[0]
+                except subprocess.TimeoutExpired:
+                    abusers.kill()
+                    out = abusers.communicate(timeout=5)[0]
+                stop_sampling = True
+                sampler.join(5)
+            router.check()
+    except BenchError as e:
+        return Row(name, note=str(e))
+    calm_row = b.median(calm_name, calm, base)
+    b.rows.append(calm_row)
+    row = b.median(name, abused, base)
+    row.router_rss_mib = rss_max / 1024
+    lines = out.strip().splitlines()
+    stats = lines[-1] if lines else "no report"
+    if row.msgs_per_s and calm_row.msgs_per_s:
+        kept = row.msgs_per_s / calm_row.msgs_per_s
+        row.note = row.note or (
+            f"{kept:.2f} of calm (target ≥ 0.8); RSS max {rss_max / 1024:.0f} MiB "
+            f"(bound {ABUSE_RSS_MIB}); abusers: {stats}"
+        )
+    return row
+
+
 def direct(b: Bench) -> None:
     b.direct(False)
     b.direct(True)
@@ -794,6 +877,7 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "idle-conn": idle_connections,
     "idle-link": idle_links,
     "idle10k": idle10k,
+    "abuse": abuse,
 }
 
 
