@@ -28,6 +28,7 @@ instead of two writers interleaving their termini.
 from __future__ import annotations
 
 import abc
+import errno
 import fcntl
 import json
 import os
@@ -141,6 +142,7 @@ class TerminusStore(abc.ABC):
         self._last_flush = time.monotonic()
         self._log_fd: int | None = None
         self._log_synced = time.monotonic()
+        self._log_cut: int | None = None  # the length to cut the log back to (log_append)
         self._log_memory: list[bytes] = []  # the record log of a store without a directory
 
     @classmethod
@@ -230,14 +232,29 @@ class TerminusStore(abc.ABC):
             fd = self._log_file()
             frame = _LOG_FRAME.pack(len(entry), zlib.crc32(entry))
             try:
-                written = os.writev(fd, [frame, entry])
-                if written != len(frame) + len(entry):  # a full disk, say
-                    raise OSError(f"short write ({written} of {len(frame) + len(entry)} bytes)")
-                if self.sync == "always" or (
-                    time.monotonic() - self._log_synced >= self.flush_interval
-                ):
-                    os.fdatasync(fd)
-                    self._log_synced = time.monotonic()
+                # where this entry starts: a failed write (a full disk, EIO) is cut off there,
+                # so that a later entry never follows a torn one (readers would call that
+                # corruption, not a torn tail)
+                if self._log_cut is not None:  # an earlier failed write not cut off yet
+                    os.ftruncate(fd, self._log_cut)
+                    self._log_cut = None
+                end = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    written = os.writev(fd, [frame, entry])
+                    if written != len(frame) + len(entry):  # a full disk, say
+                        raise OSError(
+                            errno.ENOSPC, f"short write ({written} of {len(frame) + len(entry)})"
+                        )
+                    if self.sync == "always" or (
+                        time.monotonic() - self._log_synced >= self.flush_interval
+                    ):
+                        os.fdatasync(fd)
+                        self._log_synced = time.monotonic()
+                except OSError:
+                    self._log_cut = end
+                    os.ftruncate(fd, end)
+                    self._log_cut = None
+                    raise
             except OSError as exc:
                 raise StoreError(f"{self.describe()}: record log write failed: {exc}") from exc
         elapsed = time.perf_counter() - t0
