@@ -284,10 +284,14 @@ class TerminusStore(abc.ABC):
             end = pos + _LOG_FRAME.size + length
             entry = data[pos + _LOG_FRAME.size : end]
             if end > n:
+                if _frame_after(data, pos + 1):
+                    raise StoreError(
+                        f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
+                    )
                 break  # a torn last entry
             if zlib.crc32(entry) != crc:
-                if end == n:
-                    break  # a torn last entry
+                if end == n or not _frame_after(data, pos + 1):
+                    break  # a torn last entry (garbage after it holds no entry either)
                 raise StoreError(
                     f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
                 )
@@ -500,6 +504,26 @@ class _BatchContext:
         b._open = False
         if exc_type is None and len(b):
             self._store._run_commit(b._prefixes, b._writes)
+
+
+_TAIL_SCAN_MAX = 16 << 20
+
+
+def _frame_after(data: bytes, start: int) -> bool:
+    """Whether an intact, non-empty log entry starts anywhere at or after `start`: then a bad
+    entry before it is corruption in the middle of the log, not a torn tail. A crash tears
+    only the last write, so after a torn entry there are only its own bytes (and whatever
+    the file system left); a tail longer than _TAIL_SCAN_MAX is called corruption unread."""
+    n = len(data)
+    if n - start > _TAIL_SCAN_MAX:
+        return True
+    view = memoryview(data)
+    head = _LOG_FRAME.size
+    for q in range(start, n - head + 1):
+        length, crc = _LOG_FRAME.unpack_from(data, q)
+        if 0 < length <= n - q - head and zlib.crc32(view[q + head : q + head + length]) == crc:
+            return True
+    return False
 
 
 def encode_meta(version: int) -> bytes:
