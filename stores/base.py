@@ -220,8 +220,11 @@ class TerminusStore(abc.ABC):
     # and crc32. Appending costs one write(2): no B-tree, memtable or compaction. The sync mode
     # applies as to commits: ``always`` fdatasyncs every append, ``batched`` at most every
     # `flush_interval`. A crash can leave a torn last entry: its output never left (the
-    # router writes none before the append returns), so readers drop it; a bad entry before
-    # the last is corruption (StoreError).
+    # router writes none before the append returns), so readers drop it, with whatever bytes
+    # follow it as long as no intact entry does (what the file system kept of the write); a
+    # bad entry with an intact one after it is corruption (StoreError). An append that fails
+    # (a full disk) is cut off at once, so that no entry ever follows a torn one; the router
+    # empties the log at start-up (stores/termini.py, fold_log), which drops a torn tail.
 
     def log_append(self, entry: bytes) -> None:
         self._check_usable()
