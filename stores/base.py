@@ -287,13 +287,13 @@ class TerminusStore(abc.ABC):
             end = pos + _LOG_FRAME.size + length
             entry = data[pos + _LOG_FRAME.size : end]
             if end > n:
-                if _frame_after(data, pos + 1):
+                if _frame_after(data, pos):
                     raise StoreError(
                         f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
                     )
                 break  # a torn last entry
             if zlib.crc32(entry) != crc:
-                if end == n or not _frame_after(data, pos + 1):
+                if end == n or not _frame_after(data, pos):
                     break  # a torn last entry (garbage after it holds no entry either)
                 raise StoreError(
                     f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
@@ -509,24 +509,42 @@ class _BatchContext:
             self._store._run_commit(b._prefixes, b._writes)
 
 
-_TAIL_SCAN_MAX = 16 << 20
+_ENTRY_START = (0x50, 0x44, 0x58)  # stores/termini.py: an item is P, D or X ...
+_ITEM_PUT = 0x50  # ... key-length(2) key [value-length(4) value, for P]
 
 
-def _frame_after(data: bytes, start: int) -> bool:
-    """Whether an intact, non-empty log entry starts anywhere at or after `start`: then a bad
-    entry before it is corruption in the middle of the log, not a torn tail. A crash tears
-    only the last write, so after a torn entry there are only its own bytes (and whatever
-    the file system left); a tail longer than _TAIL_SCAN_MAX is called corruption unread."""
-    n = len(data)
-    if n - start > _TAIL_SCAN_MAX:
-        return True
-    view = memoryview(data)
+def _frame_after(data: bytes, pos: int) -> bool:
+    """Whether an intact log entry follows the bad one at `pos`: then the bad one is
+    corruption in the middle of the log, not a torn tail. A crash tears only the last write,
+    so after a torn entry there are only its own bytes (and whatever the file system left).
+    Where the next entry would start: at the bad entry's declared end (its length intact,
+    its bytes damaged), or where its items end (its length damaged; the items are walked as
+    stores/termini.py writes them). Linear in the tail."""
     head = _LOG_FRAME.size
-    for q in range(start, n - head + 1):
-        length, crc = _LOG_FRAME.unpack_from(data, q)
-        if 0 < length <= n - q - head and zlib.crc32(view[q + head : q + head + length]) == crc:
-            return True
-    return False
+    n = len(data)
+    length = _LOG_FRAME.unpack_from(data, pos)[0] if pos + head <= n else 0
+    if _intact_at(data, pos + head + length):
+        return True
+    p = pos + head
+    while p + 3 <= n and data[p] in _ENTRY_START:
+        q = p + 3 + int.from_bytes(data[p + 1 : p + 3], "big")
+        if data[p] == _ITEM_PUT:
+            if q + 4 > n:
+                break
+            q += 4 + int.from_bytes(data[q : q + 4], "big")
+        if q > n:
+            break
+        p = q
+    return p != pos + head + length and _intact_at(data, p)
+
+
+def _intact_at(data: bytes, pos: int) -> bool:
+    head = _LOG_FRAME.size
+    if pos + head > len(data):
+        return False
+    length, crc = _LOG_FRAME.unpack_from(data, pos)
+    end = pos + head + length
+    return 0 < length and end <= len(data) and zlib.crc32(memoryview(data)[pos + head : end]) == crc
 
 
 def encode_meta(version: int) -> bytes:
