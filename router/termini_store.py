@@ -80,8 +80,8 @@ class StorePersistence:
     def delete(self, key: Key) -> None:
         tkey = TerminusKey(*key)  # type: ignore[arg-type]
         prefix = unsettled_prefix(tkey)
-        self._recover()
         try:
+            self._recover()
             check_injected()
             with self.store.batch() as b:
                 delete_terminus(b, tkey)
@@ -121,8 +121,8 @@ class StorePersistence:
         If it raises (a full disk, a full map, EIO), nothing of it counts as stored: the
         engine keeps the changes and holds the output that depends on them until a retry
         succeeds (router/store_health.py)."""
-        self._recover()
         try:
+            self._recover()
             check_injected()
             if blob is not None:
                 self.store.log_append(blob)
