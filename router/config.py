@@ -105,6 +105,7 @@ class RouterConfig:
     store: str = "memory"
     store_path: str | None = None
     store_sync: str = "batched"  # "always": fsync every group commit; "batched": ~1 s
+    store_map_size: int | None = None  # lmdb: the most the map may grow to (bytes); 1 TiB
     journal: str | None = None  # directory of the delivery journal (docs/journal.md); off
     journal_sample: float = 1.0  # share of deliveries journalled (by origin: same everywhere)
     hello_interval: float = 1.0  # mesh: seconds between HELLOs to each neighbour
@@ -220,6 +221,7 @@ _TOP_KEYS = (
     "store",
     "store_path",
     "store_sync",
+    "store_map_size",
     "max_message_size",
     "link_capacity",
     "hello_interval",
@@ -326,6 +328,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.store_path = _path("store_path", doc["store_path"], base)
     if "store_sync" in doc:
         cfg.store_sync = _want_choice("store_sync", doc["store_sync"], STORE_SYNC)
+    if "store_map_size" in doc:
+        cfg.store_map_size = _want_int("store_map_size", doc["store_map_size"], 1 << 16)
     if "max_message_size" in doc:
         cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
     if "link_capacity" in doc:

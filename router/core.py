@@ -73,6 +73,9 @@ class Core:
         self.mesh: Mesh | None = None
         # topics with a guarantee (router/guarantee.py): their links bypass the fast path
         self.guarantees = Guarantees(self)
+        health = getattr(persistence, "health", None)
+        if health is not None:  # a failed store commit is retried (router/store_health.py)
+            health.retries += [self.engine.retry_commit, self.guarantees.retry]
 
     def distribution_of(self, address: str) -> str:
         if address.startswith(DYNAMIC_PREFIX):

@@ -45,6 +45,8 @@ from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from router.journal import origin_id
+from router.link_registry import AttachError
+from router.store_health import check_injected
 
 if TYPE_CHECKING:
     from router.core import Core
@@ -159,6 +161,9 @@ class Guarantees:
         # the terminus store (router/termini_store.py), None for the memory store
         self.store: Any = getattr(core.persistence, "store", None)
         self.memory: dict[bytes, bytes] = {}  # the records when there is no store
+        # a failed commit (router/store_health.py): writes and outputs held until the retry
+        self.health: Any = getattr(core.persistence, "health", None)
+        self.held = False
         self.topics: dict[str, TopicRouter] = {}
         self.ports: dict[str, _Port] = {}
         self.pubs: dict[tuple[str, Pub], _Pub] = {}
@@ -261,27 +266,34 @@ class Guarantees:
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Commit the iteration's records in one transaction, then apply the outputs."""
+        """Commit the iteration's records in one transaction, then apply the outputs. If the
+        commit fails, the records and every output stay here, in order, until a retry
+        (`retry`, router/store_health.py) commits them: nothing that depends on them leaves,
+        and the records the state machines go on from are never lost on the way."""
         self.scheduled = False
+        if self.held:
+            return
         while self.writes or self.outputs:
             if self.writes:
-                writes, self.writes = self.writes, {}
+                writes = self.writes
                 puts = {k: v for k, v in writes.items() if v is not None}
                 deletes = {k for k, v in writes.items() if v is None}
                 if self.store is not None:
                     try:
+                        check_injected()
                         self.store.commit_writes(puts, deletes)
-                    except Exception:  # noqa: BLE001 - e.g. a full disk: as if we crashed here
-                        log.exception(
-                            "guaranteed topics: store commit failed; the outputs "
-                            "that depended on it are dropped"
-                        )
-                        self.outputs = []
-                        continue
+                    except Exception as exc:  # noqa: BLE001 - a full disk, a full map, EIO
+                        self.held = True
+                        if self.health is not None:
+                            self.health.failed(exc)
+                        else:
+                            log.error("guaranteed topics: store commit failed: %s", exc)
+                        return
                 else:
                     for key in deletes:
                         self.memory.pop(key, None)
                     self.memory.update(puts)
+                self.writes = {}
             outputs, self.outputs = self.outputs, []
             for output in outputs:
                 try:
@@ -294,6 +306,15 @@ class Guarantees:
             if self.core.mesh is not None:
                 for link_id, envelopes in batches.items():
                     self.core.mesh.send_eo(link_id, envelopes)
+
+    def retry(self) -> bool:
+        """Commit what a failed commit left, then apply the held outputs; True if there was
+        something to commit."""
+        if not self.held:
+            return False
+        self.held = False
+        self.flush()
+        return True
 
     def _send(self, link_id: int, envelope: dict[str, Any]) -> None:
         self.batches.setdefault(link_id, []).append(envelope)
@@ -386,6 +407,9 @@ class Guarantees:
         """A producer link to a guaranteed topic: answer its ATTACH with our unsettled map
         (§2.6.13: tags we hold, ACCEPTED where every subscriber accepted; tags we need again
         are left out, so the publisher resends them) and take its deliveries."""
+        if self.held or (self.health is not None and not self.health.available):
+            self.core.registry.detached(link, True, "link-detach")
+            raise AttachError("amqp:resource-limit-exceeded", "store unavailable")
         t = self.topic(address)
         assert t is not None
         pub: Pub = (link.conn.remote_container_id, link.name)
@@ -440,6 +464,9 @@ class Guarantees:
         """A consumer link of a guaranteed topic. It can resume (our client) when its terminus
         keeps unsettled state (durable 2); then its unsettled map is reconciled with the
         records and our map echoes its tags, so that it keeps them until we settle them."""
+        if self.held or (self.health is not None and not self.health.available):
+            self.core.registry.detached(link, True, "link-detach")
+            raise AttachError("amqp:resource-limit-exceeded", "store unavailable")
         t = self.topic(address)
         assert t is not None
         sub: Sub = (link.conn.remote_container_id, link.name)

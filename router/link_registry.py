@@ -197,6 +197,13 @@ class LinkRegistry:
             )
             self.volatile_termini[link] = t
             return t
+        if not getattr(self.persistence, "available", True) and (
+            peer_terminus is None
+            or (old is not None and old.durable >= 1)
+            or min(_int(peer_terminus.get("durable"), 0), self.max_durability) >= 1
+        ):
+            # a store commit is failing (router/store_health.py): no new durable work
+            raise AttachError("amqp:resource-limit-exceeded", "store unavailable")
         if old is not None and old.link is not None and old.link is not link:
             self._steal(old)
         if peer_terminus is None:
@@ -226,10 +233,18 @@ class LinkRegistry:
         t.expires = False
         self.termini[key] = t
         self.by_link[link] = t
-        if t.durable >= 1:
-            self.persistence.save(t)
-        elif old is not None and old.durable >= 1:
-            self.persistence.delete(key)
+        try:
+            if t.durable >= 1:
+                self.persistence.save(t)
+            elif old is not None and old.durable >= 1:
+                self.persistence.delete(key)
+        except Exception as exc:  # the store failed (router/store_health.py said so)
+            self.by_link.pop(link, None)
+            t.link = None
+            t.suspended_at = self.clock()
+            if old is None:
+                self.termini.pop(key, None)
+            raise AttachError("amqp:resource-limit-exceeded", "store unavailable") from exc
         return t
 
     def _steal(self, old: Terminus) -> None:
@@ -270,7 +285,10 @@ class LinkRegistry:
             self._destroy(t)
             return None
         if t.durable >= 1:
-            self.persistence.save(t)
+            try:
+                self.persistence.save(t)
+            except Exception:  # the store failed: said and retried (router/store_health.py)
+                log.debug("terminus of link %r: suspension not stored", t.key[2])
         return t
 
     def expire(self, now: float | None = None) -> list[Terminus]:
@@ -293,7 +311,10 @@ class LinkRegistry:
         if self.on_discard is not None and t.held:
             self.on_discard(t)
         if t.durable >= 1:
-            self.persistence.delete(t.key)
+            try:
+                self.persistence.delete(t.key)
+            except Exception:  # the store failed: the record stays until it expires again
+                log.warning("terminus of link %r: its store record could not go", t.key[2])
 
     # -- introspection ----------------------------------------------------------------------
 

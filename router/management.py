@@ -448,6 +448,9 @@ class ManagementNode:
             "store_commits": getattr(store, "commit_count", None),
             "store_commit_seconds_total": getattr(store, "commit_seconds_total", None),
             "store_last_commit_seconds": getattr(store, "last_commit_seconds", None),
+            # False while store commits fail: durable output held (router/store_health.py)
+            "store_available": getattr(getattr(persistence, "health", None), "available", True),
+            "store_commit_failures": getattr(getattr(persistence, "health", None), "failures", 0),
             "management_requests": self.requests,
         }
 
@@ -912,7 +915,7 @@ ROUTER_ATTRIBUTES = (
     "deliveries_in", "deliveries_out", "accepted", "released", "rejected", "modified",
     "dropped", "credit_stalls", "stuck_deliveries", "store", "store_path", "store_durability",
     "store_commits", "store_commit_seconds_total", "store_last_commit_seconds",
-    "management_requests",
+    "store_available", "store_commit_failures", "management_requests",
 )  # fmt: skip
 LISTENER_ATTRIBUTES = (
     "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",

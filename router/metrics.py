@@ -198,6 +198,18 @@ class RouterCollector:
                 value=store.commit_count,
                 labels=None,
             )
+        health = getattr(core.registry.persistence, "health", None)
+        if health is not None:  # store failure (router/store_health.py)
+            yield GaugeMetricFamily(
+                "qrouter_store_available",
+                "1 while store commits succeed; 0 while they fail (durable output held).",
+                value=int(health.available),
+            )
+            yield CounterMetricFamily(
+                "qrouter_store_commit_failures",
+                "Store commits that failed (each retried until one succeeds).",
+                value=health.failures,
+            )
 
 
 class MetricsEndpoint:

@@ -250,7 +250,9 @@ def open_persistence(config: RouterConfig) -> Any:
         return None
     from router.termini_store import StorePersistence
 
-    return StorePersistence.open(config.store, config.store_path, config.store_sync)
+    return StorePersistence.open(
+        config.store, config.store_path, config.store_sync, config.store_map_size
+    )
 
 
 async def serve(config: RouterConfig) -> int:

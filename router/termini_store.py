@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from router._fast.codec import decode, encode
 from router._fast.engine import described_to_dict, source_value, target_value
 from router.link_registry import Key, Terminus
+from router.store_health import StoreHealth, check_injected
 from stores import open_store
 from stores.base import StoreError, TerminusStore
 from stores.termini import (
@@ -51,24 +52,44 @@ class StorePersistence:
         # called with a deleted terminus's record prefix (the engine's Router.drop_records)
         self.on_drop: Callable[[bytes], None] | None = None
         self._recovered = False  # the record log of a previous run folded (stores/termini.py)
+        # a failed commit: said once, counted, retried (router/store_health.py)
+        self.health = StoreHealth()
+        self.health.probe = self._probe
+
+    @property
+    def available(self) -> bool:
+        """False while commits fail: no new durable work (router/link_registry.py)."""
+        return self.health.available
 
     @classmethod
-    def open(cls, name: str, path: str | None, sync: str = "batched") -> StorePersistence:
-        return cls(open_store(name, path, sync=sync))
+    def open(
+        cls, name: str, path: str | None, sync: str = "batched", map_size: int | None = None
+    ) -> StorePersistence:
+        return cls(open_store(name, path, sync=sync, map_size=map_size))
 
     def save(self, t: Terminus) -> None:
-        with self.store.batch() as b:
-            save_terminus(b, _record(t), with_unsettled=False)
+        try:
+            check_injected()
+            with self.store.batch() as b:
+                save_terminus(b, _record(t), with_unsettled=False)
+        except Exception as exc:
+            self.health.failed(exc)
+            raise
         self._committed()
 
     def delete(self, key: Key) -> None:
         tkey = TerminusKey(*key)  # type: ignore[arg-type]
         prefix = unsettled_prefix(tkey)
-        self._recover()
-        with self.store.batch() as b:
-            delete_terminus(b, tkey)
-        # logged puts of its records, older than this, must not come back in a replay
-        self.store.log_append(log_drop_entry(prefix))
+        try:
+            self._recover()
+            check_injected()
+            with self.store.batch() as b:
+                delete_terminus(b, tkey)
+            # logged puts of its records, older than this, must not come back in a replay
+            self.store.log_append(log_drop_entry(prefix))
+        except Exception as exc:
+            self.health.failed(exc)
+            raise
         self._committed()
         if self.on_drop is not None:
             self.on_drop(prefix)
@@ -95,18 +116,37 @@ class StorePersistence:
         """The data plane's group commit (Router.commit_log): one loop iteration's changes
         as one log entry (`blob`), or a checkpoint: the net changes since the last one
         (`puts`, `deletes`) committed to the records in one transaction, then the log
-        emptied."""
-        self._recover()
-        if blob is not None:
-            self.store.log_append(blob)
-        else:
-            self.store.commit_writes(puts or {}, deletes)
-            self.store.log_clear()
+        emptied.
+
+        If it raises (a full disk, a full map, EIO), nothing of it counts as stored: the
+        engine keeps the changes and holds the output that depends on them until a retry
+        succeeds (router/store_health.py)."""
+        try:
+            self._recover()
+            check_injected()
+            if blob is not None:
+                self.store.log_append(blob)
+            else:
+                self.store.commit_writes(puts or {}, deletes)
+                self.store.log_clear()
+        except Exception as exc:
+            self.health.failed(exc)
+            raise
         self._committed()
 
     def mark_alive(self, now: float | None = None) -> None:
-        self.store.put(ALIVE_KEY, struct.pack(">d", time.time() if now is None else now))
+        """Note the time (housekeeping, once a second). A failure is counted and left to the
+        retry: the router goes on."""
+        try:
+            self._probe(now)
+        except Exception as exc:  # noqa: BLE001 - any failure of the store
+            self.health.failed(exc)
+            return
         self._committed()
+
+    def _probe(self, now: float | None = None) -> None:
+        check_injected()
+        self.store.put(ALIVE_KEY, struct.pack(">d", time.time() if now is None else now))
 
     def _committed(self) -> None:
         if self.on_commit is not None:

@@ -64,6 +64,13 @@ def available(name: str) -> bool:
     return True
 
 
-def open_store(name: str, path: str | None, *, sync: str = "batched") -> TerminusStore:
-    """Open (creating if the directory is empty or missing) the store `name` at `path`."""
+def open_store(
+    name: str, path: str | None, *, sync: str = "batched", map_size: int | None = None
+) -> TerminusStore:
+    """Open (creating if the directory is empty or missing) the store `name` at `path`.
+    `map_size`: the most an LMDB map may grow to (other backends have no such bound)."""
+    if map_size is not None and name == "lmdb":
+        from stores.lmdb_store import LmdbStore
+
+        return LmdbStore(path, sync=sync, max_map_size=map_size)
     return backend_class(name).open(path, sync=sync)

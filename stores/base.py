@@ -28,6 +28,7 @@ instead of two writers interleaving their termini.
 from __future__ import annotations
 
 import abc
+import errno
 import fcntl
 import json
 import os
@@ -141,6 +142,7 @@ class TerminusStore(abc.ABC):
         self._last_flush = time.monotonic()
         self._log_fd: int | None = None
         self._log_synced = time.monotonic()
+        self._log_cut: int | None = None  # the length to cut the log back to (log_append)
         self._log_memory: list[bytes] = []  # the record log of a store without a directory
 
     @classmethod
@@ -218,8 +220,11 @@ class TerminusStore(abc.ABC):
     # and crc32. Appending costs one write(2): no B-tree, memtable or compaction. The sync mode
     # applies as to commits: ``always`` fdatasyncs every append, ``batched`` at most every
     # `flush_interval`. A crash can leave a torn last entry: its output never left (the
-    # router writes none before the append returns), so readers drop it; a bad entry before
-    # the last is corruption (StoreError).
+    # router writes none before the append returns), so readers drop it, with whatever bytes
+    # follow it as long as no intact entry does (what the file system kept of the write); a
+    # bad entry with an intact one after it is corruption (StoreError). An append that fails
+    # (a full disk) is cut off at once, so that no entry ever follows a torn one; the router
+    # empties the log at start-up (stores/termini.py, fold_log), which drops a torn tail.
 
     def log_append(self, entry: bytes) -> None:
         self._check_usable()
@@ -230,14 +235,29 @@ class TerminusStore(abc.ABC):
             fd = self._log_file()
             frame = _LOG_FRAME.pack(len(entry), zlib.crc32(entry))
             try:
-                written = os.writev(fd, [frame, entry])
-                if written != len(frame) + len(entry):  # a full disk, say
-                    raise OSError(f"short write ({written} of {len(frame) + len(entry)} bytes)")
-                if self.sync == "always" or (
-                    time.monotonic() - self._log_synced >= self.flush_interval
-                ):
-                    os.fdatasync(fd)
-                    self._log_synced = time.monotonic()
+                # where this entry starts: a failed write (a full disk, EIO) is cut off there,
+                # so that a later entry never follows a torn one (readers would call that
+                # corruption, not a torn tail)
+                if self._log_cut is not None:  # an earlier failed write not cut off yet
+                    os.ftruncate(fd, self._log_cut)
+                    self._log_cut = None
+                end = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    written = os.writev(fd, [frame, entry])
+                    if written != len(frame) + len(entry):  # a full disk, say
+                        raise OSError(
+                            errno.ENOSPC, f"short write ({written} of {len(frame) + len(entry)})"
+                        )
+                    if self.sync == "always" or (
+                        time.monotonic() - self._log_synced >= self.flush_interval
+                    ):
+                        os.fdatasync(fd)
+                        self._log_synced = time.monotonic()
+                except OSError:
+                    self._log_cut = end
+                    os.ftruncate(fd, end)
+                    self._log_cut = None
+                    raise
             except OSError as exc:
                 raise StoreError(f"{self.describe()}: record log write failed: {exc}") from exc
         elapsed = time.perf_counter() - t0
@@ -267,10 +287,14 @@ class TerminusStore(abc.ABC):
             end = pos + _LOG_FRAME.size + length
             entry = data[pos + _LOG_FRAME.size : end]
             if end > n:
+                if _frame_after(data, pos):
+                    raise StoreError(
+                        f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
+                    )
                 break  # a torn last entry
             if zlib.crc32(entry) != crc:
-                if end == n:
-                    break  # a torn last entry
+                if end == n or not _frame_after(data, pos):
+                    break  # a torn last entry (garbage after it holds no entry either)
                 raise StoreError(
                     f"{self.describe()}: record log {LOG_FILE} is corrupt at byte {pos}"
                 )
@@ -483,6 +507,44 @@ class _BatchContext:
         b._open = False
         if exc_type is None and len(b):
             self._store._run_commit(b._prefixes, b._writes)
+
+
+_ENTRY_START = (0x50, 0x44, 0x58)  # stores/termini.py: an item is P, D or X ...
+_ITEM_PUT = 0x50  # ... key-length(2) key [value-length(4) value, for P]
+
+
+def _frame_after(data: bytes, pos: int) -> bool:
+    """Whether an intact log entry follows the bad one at `pos`: then the bad one is
+    corruption in the middle of the log, not a torn tail. A crash tears only the last write,
+    so after a torn entry there are only its own bytes (and whatever the file system left).
+    Where the next entry would start: at the bad entry's declared end (its length intact,
+    its bytes damaged), or where its items end (its length damaged; the items are walked as
+    stores/termini.py writes them). Linear in the tail."""
+    head = _LOG_FRAME.size
+    n = len(data)
+    length = _LOG_FRAME.unpack_from(data, pos)[0] if pos + head <= n else 0
+    if _intact_at(data, pos + head + length):
+        return True
+    p = pos + head
+    while p + 3 <= n and data[p] in _ENTRY_START:
+        q = p + 3 + int.from_bytes(data[p + 1 : p + 3], "big")
+        if data[p] == _ITEM_PUT:
+            if q + 4 > n:
+                break
+            q += 4 + int.from_bytes(data[q : q + 4], "big")
+        if q > n:
+            break
+        p = q
+    return p != pos + head + length and _intact_at(data, p)
+
+
+def _intact_at(data: bytes, pos: int) -> bool:
+    head = _LOG_FRAME.size
+    if pos + head > len(data):
+        return False
+    length, crc = _LOG_FRAME.unpack_from(data, pos)
+    end = pos + head + length
+    return 0 < length and end <= len(data) and zlib.crc32(memoryview(data)[pos + head : end]) == crc
 
 
 def encode_meta(version: int) -> bytes:

@@ -554,6 +554,41 @@ class StoreConformance:
         store.log_append(entries[0])  # appends after a clear start at the beginning
         assert store.log_read() == entries[:1]
 
+    def test_record_log_torn_tail_with_garbage_after_it(
+        self, store: TerminusStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A torn last entry followed by bytes that hold no entry (half a frame the file
+        system kept) is still a torn tail; a bad entry with an intact one after it is
+        corruption; a failed append is cut off, so the next one does not follow a torn one."""
+        if store.marker_file is None or not store.path:
+            pytest.skip("a store without a directory keeps its record log in memory")
+        log_path = Path(store.path) / LOG_FILE
+        entries = [log_delete_entry(b"u/" + bytes(32) + b"/%d" % i) for i in range(3)]
+        for blob in entries:
+            store.log_append(blob)
+        whole = log_path.read_bytes()
+        log_path.write_bytes(whole[:-3] + b"\x00\x00\x10\x00\xde\xad")
+        assert store.log_read() == entries[:2]
+        first = len(whole) // 3  # the three entries have the same size
+        damaged = bytearray(whole)
+        damaged[first + 2] ^= 0x01  # the second entry's length field: the third is intact
+        log_path.write_bytes(bytes(damaged))
+        with pytest.raises(StoreError, match=f"corrupt at byte {first}"):
+            store.log_read()
+        log_path.write_bytes(whole)
+        store.log_clear()
+        store.log_append(entries[0])
+
+        def short(fd: int, buffers: list[bytes]) -> int:
+            return os.write(fd, buffers[0][:5])  # a disk that filled up mid-write
+
+        monkeypatch.setattr(os, "writev", short)
+        with pytest.raises(StoreError, match="record log write failed"):
+            store.log_append(entries[1])
+        monkeypatch.undo()
+        store.log_append(entries[2])
+        assert store.log_read() == [entries[0], entries[2]]
+
     def test_record_log_corrupt_entry(self, store: TerminusStore) -> None:
         rec = self._terminus()
         with store.batch() as b:

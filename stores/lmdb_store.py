@@ -42,6 +42,7 @@ Sync modes (see stores/base.py for the contract):
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -71,8 +72,17 @@ class LmdbStore(TerminusStore):
         sync: str = "batched",
         flush_interval: float = 1.0,
         map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int | None = None,
     ) -> None:
         super().__init__(path, sync=sync, flush_interval=flush_interval)
+        # the most the map may grow to: the router's store_map_size, else
+        # QROUTER_STORE_MAP_SIZE (bytes), else 1 TiB. Past it a commit fails with a
+        # StoreError ("map is full"), which the router treats as a store failure.
+        if max_map_size is None:
+            env = os.environ.get("QROUTER_STORE_MAP_SIZE")
+            max_map_size = int(env) if env else MAX_MAP_SIZE
+        self.max_map_size = max(max_map_size, 1 << 16)
+        map_size = min(map_size, self.max_map_size)
         self._lmdb = _driver()
         directory = self._prepare_dir()
         always = sync == "always"
@@ -187,9 +197,10 @@ class LmdbStore(TerminusStore):
         self.commit_seconds_total += elapsed
 
     def _grow(self) -> None:
-        size = int(self._env.info()["map_size"]) * 2
-        if size > MAX_MAP_SIZE:
-            raise StoreError(f"{self.describe()}: map is full at {size // 2} bytes")
+        now = int(self._env.info()["map_size"])
+        size = min(now * 2, self.max_map_size)
+        if size <= now:
+            raise StoreError(f"{self.describe()}: map is full at {now} bytes (store_map_size)")
         try:
             self._env.set_mapsize(size)
         except self._lmdb.Error as exc:

@@ -336,3 +336,25 @@ def state_code(bytes raw):
     r.pos = 0
     r_descriptor(&r, &code)
     return <int>code
+
+
+# --- store failure (docs/architecture.md, "store failure") -------------------------------
+#
+# When a group commit fails (Router.try_commit), its entries stay in the router and are
+# committed by a retry with backoff; until then no frame that may depend on them is written.
+# Which frames may: those to peers of durable links (a transfer whose record is not stored,
+# a disposition or flow after one), so the output of every connection that has a durable
+# link, or had one when the store failed, is held whole (heartbeats included). A connection
+# without one is written as usual: nothing it is told depends on a record.
+
+cdef bint hold_output(Router r, Connection c) except -1:
+    cdef Session s
+    cdef Link link
+    if c in r.held:
+        return True
+    for s in c.sessions.values():
+        for link in s.links.values():
+            if link.durable_key is not None and not link.endpoint:
+                r.held.append(c)
+                return True
+    return False

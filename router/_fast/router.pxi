@@ -39,6 +39,11 @@ cdef class Router:
     cdef Py_ssize_t jlog_n, jlog_cap
     cdef Py_ssize_t jlog_since        # bytes logged since the last checkpoint
     cdef double jckpt_at              # monotonic time of the last checkpoint
+    # a commit failed (durable.pxi, "store failure"): the entries stay in jlog / journal,
+    # output of connections with durable links is held in `held` until a retry commits them
+    cdef readonly bint store_down
+    cdef bint ckpt_failed             # the failed commit was a checkpoint
+    cdef list held
     # the delivery journal (journal.pxi): the rows not handed over yet, None while it is off;
     # journal_sink(batch) takes a batch (JournalWriter.append_buffers)
     cdef JournalBuffer jbuf
@@ -57,6 +62,7 @@ cdef class Router:
         self.schedule = schedule
         self.journal = {}
         self.journal_del = set()
+        self.held = []
         self.jgen = 1
         self.jckpt_at = monotonic()
         global durable_router
@@ -90,10 +96,12 @@ cdef class Router:
         cdef Connection c
         cdef list dirty
         self.flush_scheduled = False
-        if self.jlog_n:
+        if self.store_down:
+            pass  # no commit until the retry (retry_commit); dependent output is held below
+        elif self.jlog_n or self.ckpt_failed:
             # group commit (DESIGN.md section 5): everything this iteration changed is in the
             # store, as one log entry, before any frame that depends on it leaves
-            self.commit_log(False)
+            self.try_commit(self.ckpt_failed)
         elif self.committer is None and (self.journal or self.journal_del):
             self.journal = {}
             self.journal_del = set()
@@ -109,27 +117,60 @@ cdef class Router:
             self.dirty = []
             for c in dirty:
                 if c.dirty:
+                    if self.store_down and hold_output(self, c):
+                        continue
                     try:
                         c.flush_output()
                     except Exception:
                         log.exception("[C%d] write failed", c.conn_id)
 
+    cdef bint try_commit(self, bint force) except -1:
+        # a failed commit (a full disk, a full LMDB map, EIO) must neither escape to the event
+        # loop nor lose its entries: they stay for the retry, and from now on output that may
+        # depend on them is held (durable.pxi, hold_output). The committer reports the failure
+        # itself (router/store_health.py).
+        try:
+            self.commit_log(force)
+        except Exception:
+            self.store_down = True
+            self.ckpt_failed = force or self.ckpt_failed
+            return False
+        self.ckpt_failed = False
+        return True
+
+    def retry_commit(self):
+        """Commit what a failed commit left (a timer, with backoff: router/store_health.py).
+        Succeeded: the held output goes out. Returns True if something was pending."""
+        cdef bint pending = self.jlog_n or self.ckpt_failed
+        self.store_down = False
+        if pending and not self.try_commit(self.ckpt_failed):
+            return True
+        if self.held:
+            self.dirty.extend(self.held)
+            self.held = []
+        self.flush()
+        return pending
+
     cdef int commit_log(self, bint force) except -1:
+        # the state changes only once the committer returned: if it raises, everything stays
+        # as it was, to be committed by the retry
         cdef bytes blob
-        self.jlog_since += self.jlog_n
+        cdef Py_ssize_t since = self.jlog_since + self.jlog_n
         if not force:
-            force = (self.jlog_since >= LOG_CHECKPOINT_BYTES or
+            force = (since >= LOG_CHECKPOINT_BYTES or
                      monotonic() - self.jckpt_at >= LOG_CHECKPOINT_SECONDS)
         if not force:
             blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
-            self.jlog_n = 0
             self.committer(blob, None, None)
+            self.jlog_n = 0
+            self.jlog_since = since
             return 0
-        self.jlog_n = 0
         # a checkpoint: the net changes go to the records, the log entries since the last
         # one go (this iteration's changes are in the net ones, so its entry is not written)
         puts = self.journal
         deletes = self.journal_del
+        self.committer(None, puts, deletes)
+        self.jlog_n = 0
         self.journal = {}
         self.journal_del = set()
         self.jlog_since = 0
@@ -137,14 +178,14 @@ cdef class Router:
         self.jgen += 1
         if self.jgen == 0:
             self.jgen = 1
-        self.committer(None, puts, deletes)
         return 0
 
     def checkpoint(self):
         """Apply the store changes logged since the last checkpoint to the records now (a
         timer while traffic is quiet, and before stopping): the log entries go."""
-        if self.committer is not None and (self.jlog_since or self.jlog_n):
-            self.commit_log(True)
+        if self.committer is not None and not self.store_down and \
+                (self.jlog_since or self.jlog_n):
+            self.try_commit(True)
 
     def drop_records(self, bytes prefix not None):
         """A terminus is gone with its records (key prefix `prefix`): its changes waiting

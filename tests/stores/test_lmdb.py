@@ -45,3 +45,19 @@ def test_a_leveldb_directory_is_named(tmp_path: Path) -> None:
     plyvel.DB(str(tmp_path / "db"), create_if_missing=True).close()
     with pytest.raises(StoreError, match="it looks like a leveldb store"):
         open_store("lmdb", str(tmp_path / "db"))
+
+
+def test_a_map_at_its_limit_fails_the_commit(tmp_path: Path) -> None:
+    # store_map_size: the map grows up to it and no further; the failed commit left nothing
+    pytest.importorskip("lmdb")
+    from stores.lmdb_store import LmdbStore
+
+    store = LmdbStore(str(tmp_path / "s"), max_map_size=1 << 20)
+    try:
+        store.commit_writes({b"u/a%04d" % i: bytes(4096) for i in range(50)})
+        with pytest.raises(StoreError, match="map is full at 1048576 bytes"):
+            store.commit_writes({b"u/b%04d" % i: bytes(4096) for i in range(300)})
+        assert store.get(b"u/b0000") is None and store.get(b"u/a0049") is not None
+        assert store.map_size == 1 << 20
+    finally:
+        store.close()

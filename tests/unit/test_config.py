@@ -333,3 +333,13 @@ def test_address_guarantee(write_config: WriteConfig) -> None:
         f"{path}: address[0].guarantee: a guarantee (exactly-once) needs distribution "
         "multicast, not balanced"
     )
+
+
+def test_store_map_size(write_config: WriteConfig, tmp_path: Path) -> None:
+    # the most an LMDB map may grow to (stores/lmdb_store.py); past it commits fail and the
+    # router holds durable work (router/store_health.py)
+    assert load_config(None).store_map_size is None
+    path = write_config(f"store = 'lmdb'\nstore_path = '{tmp_path}'\nstore_map_size = 1048576")
+    assert load_config(path).store_map_size == 1 << 20
+    path = write_config(f"store = 'lmdb'\nstore_path = '{tmp_path}'\nstore_map_size = 4096")
+    assert error_of(path).startswith(f"{path}: store_map_size: 4096 is out of range")
