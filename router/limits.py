@@ -39,7 +39,9 @@ class LimitsConfig:
     max_termini_per_container: int = 1_000
     max_termini: int = 100_000
     max_terminus_timeout: float = 7 * 24 * 3600.0  # seconds
-    expiry_never: str = "cap"  # allow | cap | refuse
+    # allow | cap | refuse. allow: the router's own client asks for never on every durable
+    # link, and the termini limits above bound what such termini can make the router keep
+    expiry_never: str = "allow"
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(LimitsConfig))

@@ -449,8 +449,8 @@ def test_terminus_timeout_capped(router: Any) -> None:
     p.close()
 
 
-def test_expiry_never_capped_by_default(router: Any) -> None:
-    r, mport = limited_router(router, "max_terminus_timeout=60")
+def test_expiry_never_capped(router: Any) -> None:
+    r, mport = limited_router(router, "max_terminus_timeout=60", "expiry_never=cap")
     p = SocketPeer(r.port)
     p.send(never("forever", 0))
     source = p.wait(lambda f: f.code == ATTACH).fields["source"]
@@ -476,8 +476,8 @@ def test_expiry_never_refused(router: Any) -> None:
     p.close()
 
 
-def test_expiry_never_allowed(router: Any) -> None:
-    r, _ = limited_router(router, "expiry_never=allow")
+def test_expiry_never_allowed_by_default(router: Any) -> None:
+    r, _ = limited_router(router)
     p = SocketPeer(r.port)
     p.send(never("forever", 0, timeout=UInt(0)))
     source = p.wait(lambda f: f.code == ATTACH).fields["source"]
@@ -500,7 +500,7 @@ def test_limits_in_management_and_tool(router: Any) -> None:
     assert rows["connections"]["value"] == 10_000  # the defaults
     assert rows["connections"]["in_use"] >= 1
     assert rows["sessions_per_connection"]["value"] == 100
-    assert rows["expiry_never"]["value"] == "cap"
+    assert rows["expiry_never"]["value"] == "allow"
     table = ok("limits", "--url", r.url).stdout
     assert "links_per_connection" in table and "max_links_per_connection" in table
     assert value(scrape(mport), "qrouter_limit", limit="links_per_connection") == 2

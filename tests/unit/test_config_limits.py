@@ -32,7 +32,7 @@ def test_defaults() -> None:
         1_000,
         100_000,
     )
-    assert (lim.max_terminus_timeout, lim.expiry_never) == (7 * 24 * 3600.0, "cap")
+    assert (lim.max_terminus_timeout, lim.expiry_never) == (7 * 24 * 3600.0, "allow")
     assert load_config().listeners[0].max_message_size is None  # the router's
 
 

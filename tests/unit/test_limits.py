@@ -63,11 +63,11 @@ def test_registry_counts_termini_per_container() -> None:
     reg.detached(links[3], True, "link-detach")
     assert reg.per_container["c"] == 1
     key, fields = terminus("t2")
-    assert reg.attach(key, links[2], fields, "q").expiry_policy == "link-detach"  # capped
+    assert reg.attach(key, links[2], fields, "q").expiry_policy == "never"  # allowed
 
 
 def test_expiry_rules() -> None:
-    cap = Limits(LimitsConfig(max_terminus_timeout=60), None)
+    cap = Limits(LimitsConfig(max_terminus_timeout=60, expiry_never="cap"), None)
     assert cap.expiry("never", 0) == ("link-detach", 60)
     assert cap.expiry("session-end", 1000) == ("session-end", 60)
     assert cap.expiry("session-end", 30) == ("session-end", 30)
@@ -76,4 +76,5 @@ def test_expiry_rules() -> None:
     with pytest.raises(AttachError):
         Limits(LimitsConfig(expiry_never="refuse"), None).expiry("never", 0)
     # no timeout cap: nothing to cap 'never' to, it is kept
-    assert Limits(LimitsConfig(max_terminus_timeout=0), None).expiry("never", 0) == ("never", 0)
+    uncapped = LimitsConfig(max_terminus_timeout=0, expiry_never="cap")
+    assert Limits(uncapped, None).expiry("never", 0) == ("never", 0)
