@@ -71,6 +71,13 @@ def main() -> None:
 @click.option(
     "--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics."
 )
+@click.option(
+    "--limit",
+    "limit",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A [limits] setting, e.g. max_connections=20000 (repeatable; 0 turns one off).",
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
@@ -87,6 +94,7 @@ def start(
     log_format: str | None,
     users_file: str | None,
     metrics: str | None,
+    limit: tuple[str, ...],
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -106,6 +114,7 @@ def start(
             log_format=log_format,
             users_file=users_file,
             metrics=metrics,
+            limit=limit,
         )
     except ConfigError as exc:
         _fail(str(exc))

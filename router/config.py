@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from router.addresses import DISTRIBUTIONS, GUARANTEES, check_pattern, normalize_prefix
+from router.limits import LIMIT_KEYS, LimitsConfig, parse_limits
 
 ROLES = ("normal", "inter-router")
 SASL_MECHANISMS = ("ANONYMOUS", "PLAIN")
@@ -74,6 +75,7 @@ class ListenerConfig:
     max_frame_size: int = 65536
     channel_max: int = 32767
     idle_timeout: float = 16.0  # seconds; 0 disables
+    max_message_size: int | None = None  # bytes, 0 = unlimited; None: the router's
 
 
 @dataclass
@@ -118,6 +120,7 @@ class RouterConfig:
     max_message_size: int = 100 * 1024 * 1024  # bytes, 0 = unlimited
     link_capacity: int = 250  # max credit the router grants one producer link
     metrics: str | None = None  # HOST:PORT of the Prometheus endpoint (/metrics); None: off
+    limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits] (router/limits.py)
     source: str | None = None  # config file path, for messages
 
 
@@ -230,6 +233,7 @@ _TOP_KEYS = (
     "journal",
     "journal_sample",
     "metrics",
+    "limits",
     "log",
     "listener",
     "connector",
@@ -265,6 +269,8 @@ def _listener(key: str, table: Mapping[str, Any], base: str | None) -> ListenerC
         lc.channel_max = _want_int(k + "channel_max", table["channel_max"], 0, 65535)
     if "idle_timeout" in table:
         lc.idle_timeout = _want_number(k + "idle_timeout", table["idle_timeout"], 0.0)
+    if "max_message_size" in table:
+        lc.max_message_size = _want_int(k + "max_message_size", table["max_message_size"], 0)
     return lc
 
 
@@ -353,6 +359,10 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
             )
     if "metrics" in doc:
         cfg.metrics = parse_metrics(_want_str("metrics", doc["metrics"]), "metrics")
+    if "limits" in doc:
+        table = _want_table("limits", doc["limits"])
+        _check_keys("limits", table, LIMIT_KEYS)
+        cfg.limits = parse_limits(table, _want_int, _want_number, _want_choice)
     if "log" in doc:
         log = _want_table("log", doc["log"])
         _check_keys("log", log, _LOG_KEYS)
@@ -647,7 +657,9 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
 
     given: set[str] = set()
     for name, value in overrides.items():
-        if value is None or (name in ("listen", "address", "inter_router_listen") and not value):
+        if value is None or (
+            name in ("listen", "address", "inter_router_listen", "limit") and not value
+        ):
             continue
         given.add(name)
         if name == "inter_router_listen":
@@ -682,6 +694,23 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
                 ac = v if isinstance(v, AddressConfig) else parse_address_option(v)
                 _check_address("--address", ac)
                 cfg.addresses.append(ac)
+        elif name == "limit":
+            # --limit NAME=VALUE (repeatable): a [limits] key, over the file's
+            table = dict(vars(cfg.limits))
+            for item in [value] if isinstance(value, str) else value:
+                key, sep, text = item.partition("=")
+                if not sep or key.strip() not in LIMIT_KEYS:
+                    raise ConfigError(
+                        f"{item!r}: expected NAME=VALUE with NAME one of {', '.join(LIMIT_KEYS)}",
+                        key="--limit",
+                    )
+                raw: Any = text.strip()
+                try:
+                    raw = float(raw) if "." in raw else int(raw)
+                except ValueError:
+                    pass
+                table[key.strip()] = raw
+            cfg.limits = parse_limits(table, _want_int, _want_number, _want_choice)
         elif name in _SIMPLE_OVERRIDES:
             setattr(cfg, name, _SIMPLE_OVERRIDES[name](_option(name), value))
         else:

@@ -25,6 +25,7 @@ from router.auth import UserDB, parse_plain
 from router.config import ConnectorConfig, ListenerConfig, RouterConfig
 from router.guarantee import Guarantees
 from router.journal import origin_id
+from router.limits import Limits
 from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
 from router.management import ManagementNode
@@ -61,7 +62,19 @@ class Core:
         )
         self.connections: set[Connection] = set()
         self.persistence = persistence
-        self.registry = LinkRegistry(config.id, persistence, on_discard=self._discard_held)
+        # limits (router/limits.py): the engine enforces those met at frame parse
+        lc = config.limits
+        self.limits = Limits(
+            lc,
+            fast.Limits(
+                lc.max_sessions_per_connection,
+                lc.max_links_per_connection,
+                lc.max_unsettled_per_link,
+            ),
+        )
+        self.registry = LinkRegistry(
+            config.id, persistence, on_discard=self._discard_held, limits=self.limits
+        )
         if persistence is not None and hasattr(persistence, "commit"):
             self.engine.committer = persistence.commit
             # a deleted terminus's records must not come back from the record log
@@ -135,16 +148,26 @@ class Core:
         ]
         if self.users is None:
             mechanisms = [m for m in mechanisms if m != "PLAIN"]
+        limited = listener.role != "inter-router"  # routers of the mesh are not limited
+        channel_max = listener.channel_max
+        sessions = self.config.limits.max_sessions_per_connection
+        if limited and sessions:
+            channel_max = min(channel_max, sessions - 1)  # 2.7.1: channels 0..channel-max
+        max_message_size = listener.max_message_size
         conn = Connection(
             self.engine,
             ConnectionHandler(self, listener, connector),
             sasl_mechanisms=tuple(mechanisms),
             require_sasl=listener.require_auth,
             max_frame_size=listener.max_frame_size,
-            channel_max=listener.channel_max,
+            channel_max=channel_max,
             idle_timeout=listener.idle_timeout,
-            max_message_size=self.config.max_message_size,
+            max_message_size=self.config.max_message_size
+            if max_message_size is None
+            else max_message_size,
         )
+        if limited:
+            conn.limits = self.limits.engine
         if listener.role == "inter-router" and self.mesh is not None:
             conn.open_properties = self.mesh.open_properties(connector.cost if connector else 1)
         self.connections.add(conn)
@@ -213,6 +236,19 @@ class ConnectionHandler:
                 "amqp:unauthorized-access",
                 "inter-router connections are accepted only on an inter-router listener",
             )
+        else:
+            self._admit(conn)
+
+    def _admit(self, conn: Connection) -> None:
+        """Connection limits, after SASL and OPEN so that the client learns which limit it met
+        from the CLOSE (2.4.3 with amqp:resource-limit-exceeded)."""
+        transport = conn.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+        refusal = self.core.limits.admit(conn, host, conn.user)
+        if refusal is not None:
+            log.warning("[C%d] refused: %s", conn.conn_id, refusal[1])
+            conn.close(*refusal)
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
         if self.inter_router:
@@ -307,7 +343,7 @@ class ConnectionHandler:
             self.core.guarantees.attach_publisher(link, address, fields, reply)
             return
         source = fields.get("source")
-        max_size = self.core.config.max_message_size
+        max_size = link.conn.max_message_size  # the listener's (or the router's)
         link.origin_prefix = origin_id(link.conn.remote_container_id, link.name, b"")
         link.attach(
             {
@@ -435,6 +471,7 @@ class ConnectionHandler:
 
     def on_closed(self, conn: Connection) -> None:
         self.core.connections.discard(conn)
+        self.core.limits.release(conn)
         if self.inter_router and self.core.mesh is not None:
             self.core.mesh.on_closed(conn)
         log.info("[C%d] connection closed", conn.conn_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -110,6 +111,7 @@ class LinkRegistry:
         max_name: int = 1024,
         max_durability: int = 2,
         on_discard: Callable[[Terminus], None] | None = None,
+        limits: Any = None,
     ) -> None:
         self.container_id = container_id
         self.persistence: TerminusPersistence = persistence or NoPersistence()
@@ -119,6 +121,9 @@ class LinkRegistry:
         # told when a terminus goes for good, so what it held can be settled
         self.on_discard = on_discard
         self.termini: dict[Key, Terminus] = {}
+        # router/limits.py: termini per container and in total, timeout cap, expiry never
+        self.limits = limits
+        self.per_container: Counter[str] = Counter()  # registered termini by remote container
         self.by_link: dict[Any, Terminus] = {}
         # volatile links (not registered as termini): (key, connection) -> link, and back
         self.volatile: dict[tuple[Key, int], Any] = {}
@@ -142,6 +147,8 @@ class LinkRegistry:
                 t.suspended_at = max(t.suspended_at or died, died)
             t.expires = t.expiry_policy != "never"
             t.link = None
+            if t.key not in self.termini:
+                self.per_container[t.key[1]] += 1
             self.termini[t.key] = t
             count += 1
         self.expire()
@@ -217,6 +224,15 @@ class LinkRegistry:
             if policy not in EXPIRY_POLICIES:
                 raise AttachError("amqp:invalid-field", f"unknown expiry-policy '{policy}'")
             timeout = float(_int(peer_terminus.get("timeout"), 0))
+            if self.limits is not None:
+                # 3.5.3: the router's ATTACH states the policy and timeout it grants
+                policy, timeout = self.limits.expiry(policy, timeout)
+                if old is None or old.address != address:
+                    self.limits.check_new_terminus(
+                        key[1],
+                        self.per_container[key[1]] - (old is not None),
+                        len(self.termini) - (old is not None),
+                    )
             granted = max(0, min(requested, self.max_durability, self.persistence.durability))
             if old is not None and old.address == address:
                 t = old  # the same terminus, resumed: its unsettled state stays
@@ -231,6 +247,8 @@ class LinkRegistry:
         t.link = link
         t.suspended_at = None
         t.expires = False
+        if key not in self.termini:
+            self.per_container[key[1]] += 1
         self.termini[key] = t
         self.by_link[link] = t
         try:
@@ -308,6 +326,9 @@ class LinkRegistry:
     def _destroy(self, t: Terminus) -> None:
         if self.termini.get(t.key) is t:
             del self.termini[t.key]
+            self.per_container[t.key[1]] -= 1
+            if self.per_container[t.key[1]] <= 0:
+                del self.per_container[t.key[1]]
         if self.on_discard is not None and t.held:
             self.on_discard(t)
         if t.durable >= 1:

@@ -216,6 +216,12 @@ class ManagementNode:
                     self.topic_rows,
                     doc="topics with a guarantee: their links and the records held",
                 ),
+                EntityType(
+                    "limit",
+                    LIMIT_ATTRIBUTES,
+                    self.limit_rows,
+                    doc="limits ([limits] in the config): value, use, times exceeded",
+                ),
             )
         }
 
@@ -485,6 +491,9 @@ class ManagementNode:
                     "sasl_mechanisms": list(lc.sasl_mechanisms),
                     "require_auth": lc.require_auth,
                     "max_frame_size": lc.max_frame_size,
+                    "max_message_size": self.core.config.max_message_size
+                    if lc.max_message_size is None
+                    else lc.max_message_size,
                     "channel_max": lc.channel_max,
                     "idle_timeout": lc.idle_timeout,
                     "connection_count": counts.get(id(lc), 0),
@@ -869,6 +878,12 @@ class ManagementNode:
             for name, t in sorted(g.topics.items())
         ]
 
+    def limit_rows(self) -> list[dict[str, Any]]:
+        """router/limits.py: one row per limit (``exceeded``: refusals, or for the timeout
+        and expiry-never limits, the termini whose request was capped)."""
+        core = self.core
+        return core.limits.rows(core.config.max_message_size, len(core.registry.termini))
+
     def node_rows(self) -> list[dict[str, Any]]:
         """Routers reachable through the mesh (none until the mesh is wired into the core:
         this reads `core.mesh`, a router.mesh.engine.RoutingEngine, when there is one)."""
@@ -919,7 +934,8 @@ ROUTER_ATTRIBUTES = (
 )  # fmt: skip
 LISTENER_ATTRIBUTES = (
     "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",
-    "sasl_mechanisms", "require_auth", "max_frame_size", "channel_max", "idle_timeout",
+    "sasl_mechanisms", "require_auth", "max_frame_size", "max_message_size", "channel_max",
+    "idle_timeout",
     "connection_count", "origin",
 )  # fmt: skip
 CONNECTOR_ATTRIBUTES = (
@@ -948,6 +964,9 @@ TERMINUS_ATTRIBUTES = (
     "held",
 )  # fmt: skip
 NODE_ATTRIBUTES = ("identity", "name", "id", "neighbour", "next_hop", "cost", "link_id", "peers")
+LIMIT_ATTRIBUTES = (
+    "identity", "name", "config_key", "value", "in_use", "exceeded", "description",
+)  # fmt: skip
 TOPIC_ATTRIBUTES = (
     "identity", "name", "guarantee", "publishers", "subscribers", "known_subscribers",
     "origin_records", "local_records", "peers",

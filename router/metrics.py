@@ -175,6 +175,7 @@ class RouterCollector:
             "Messages on anonymous-relay links refused (no route or unavailable address).",
             value=engine.n_anonymous_rejected,
         )
+        yield from _limit_metrics(core)
         mesh = mesh_of(core)
         yield GaugeMetricFamily(
             "qrouter_mesh_routers",
@@ -210,6 +211,29 @@ class RouterCollector:
                 "Store commits that failed (each retried until one succeeds).",
                 value=health.failures,
             )
+
+
+def _limit_metrics(core: Core) -> Iterator[Metric]:
+    """router/limits.py: each limit's value and how often it was met."""
+    rows = core.limits.rows(core.config.max_message_size, len(core.registry.termini))
+    value = GaugeMetricFamily(
+        "qrouter_limit",
+        "Configured limits ([limits]; 0: off; expiry_never: 0 allow, 1 cap, 2 refuse).",
+        labels=["limit"],
+    )
+    exceeded = CounterMetricFamily(
+        "qrouter_limit_exceeded",
+        "Times a limit was met: refusals with amqp:resource-limit-exceeded (or "
+        "message-size-exceeded), or requests capped (terminus_timeout, expiry_never).",
+        labels=["limit"],
+    )
+    policies = ("allow", "cap", "refuse")
+    for row in rows:
+        v = row["value"]
+        value.add_metric([row["name"]], policies.index(v) if isinstance(v, str) else v)
+        exceeded.add_metric([row["name"]], row["exceeded"])
+    yield value
+    yield exceeded
 
 
 class MetricsEndpoint:

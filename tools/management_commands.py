@@ -457,6 +457,25 @@ def termini(ctx: click.Context, show_all: bool, **given: Any) -> None:
     _show(ctx, given, "terminus", "Termini", TERMINUS_COLUMNS, "no termini", show_all)
 
 
+# -- limits ----------------------------------------------------------------------------------
+
+LIMIT_COLUMNS: list[Column] = [
+    ("limit", "name", _text),
+    ("value", "value", _text),
+    ("in use", "in_use", _text),
+    ("exceeded", "exceeded", _text),
+    ("config key", "config_key", _text),
+]
+
+
+@click.command()
+@connection_options
+@click.pass_context
+def limits(ctx: click.Context, **given: Any) -> None:
+    """The router's limits ([limits]): value (0: off), use now, times met (refused or capped)."""
+    _show(ctx, given, "limit", "Limits", LIMIT_COLUMNS, "no limits")
+
+
 # -- stats -----------------------------------------------------------------------------------
 
 
@@ -578,4 +597,4 @@ def manage(
     _with_client(settings, work)
 
 
-COMMANDS = (links, addresses, connections, nodes, topics, termini, stats, manage)
+COMMANDS = (links, addresses, connections, nodes, topics, termini, limits, stats, manage)

@@ -69,14 +69,17 @@ cdef class Address:
     cdef int grant(self) except -1:
         """Top up producers whose credit fell below half the link capacity, while the
         consumers have credit to spare (2.6.7: the router is the receiver of producer links)."""
-        cdef int64_t cap = self.router.link_capacity
+        cdef int64_t cap = self.router.link_capacity, want
         cdef Link p
         if not self.producers or self.capacity() <= 0:
             return 0
         for p in self.producers:
             if p.credit > cap // 2 or p.state != LINK_ATTACHED:
                 continue
-            p.credit = cap
+            want = limit_credit(p, cap)       # limits.pxi: the unsettled limit's room
+            if want <= p.credit:
+                continue
+            p.credit = want
             p.revoked = 0             # transfers still in flight now count against `cap`
             p.credit_changed()
             p.conn.write_flow(p.session, p, False)
@@ -370,6 +373,7 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, True, raw)
         link.session.unsettled_in.pop(inb.delivery_id, None)
         link.unsettled_count -= 1
+        limit_settled(link)
         inb.settled = True
         settle_copies(inb)
         if inb.durable_key is not None:

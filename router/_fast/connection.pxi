@@ -69,6 +69,7 @@ cdef class Connection:
     cdef readonly bint client
     cdef object sasl_client                    # (mechanism, initial-response, hostname)
     cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
+    cdef public Limits limits                  # limits.pxi; None: not limited (inter-router)
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -556,6 +557,8 @@ cdef class Connection:
             if s is None:
                 raise ProtocolError("amqp:connection:framing-error",
                                     f"frame on channel {channel}, which has no session")
+            if s.ended:
+                return 0                      # a session we refused (limits.pxi): until END
             if code == D_TRANSFER:
                 return self.on_transfer(s, &r)
             if code == D_FLOW:
@@ -579,6 +582,8 @@ cdef class Connection:
         if s is None:
             raise ProtocolError("amqp:connection:framing-error",
                                 f"frame on channel {channel}, which has no session")
+        if s.ended and code != D_END:
+            return 0                          # a session we refused (limits.pxi): until END
         if code == D_ATTACH:
             return self.on_attach(s, fields)
         if code == D_DETACH:
@@ -693,7 +698,8 @@ cdef class Connection:
         if channel in self.sessions:
             raise ProtocolError("amqp:connection:framing-error",
                                 f"BEGIN on channel {channel}, which is in use")
-        if channel > self.channel_max:
+        refused = session_refused(self, channel)   # limits.pxi; else framing-error as below
+        if channel > self.channel_max and not refused:
             raise ProtocolError("amqp:connection:framing-error",
                                 f"channel {channel} exceeds channel-max {self.channel_max}")
         rc = f.get("remote_channel")
@@ -718,7 +724,7 @@ cdef class Connection:
         s.window_base = s.next_incoming_id
         s.remote_incoming_window = f["incoming_window"]
         hm = f.get("handle_max")
-        s.handle_max = 0xffffffff if hm is None else hm
+        s.handle_max = limit_handle_max(self, 0xffffffff if hm is None else hm)
         for i in range(len(self.local_sessions)):
             if self.local_sessions[i] is None:
                 break
@@ -735,12 +741,14 @@ cdef class Connection:
             "outgoing_window": UInt(WINDOW_MAX),
             "handle_max": UInt(s.handle_max),
         })
+        if refused:
+            refuse_session(self, s)
         return 0
 
     cdef int on_attach(self, Session s, dict f) except -1:
         cdef Link link
         cdef uint32_t handle = f["handle"]
-        if handle > s.handle_max:
+        if handle > s.handle_max and not handle_max_is_limit(self, s):
             raise ProtocolError("amqp:connection:framing-error",
                                 f"handle {handle} exceeds handle-max {s.handle_max}")
         if handle in s.links:
@@ -784,6 +792,8 @@ cdef class Connection:
         link.state = LINK_ATTACHING
         link.handle = s.alloc_handle(link)
         s.links[handle] = link
+        if link_refused(self, s, link, handle):
+            return 0
         self.handler.on_attach(self, link, f)
         return 0
 
@@ -805,8 +815,10 @@ cdef class Connection:
         return 0
 
     cdef int on_end(self, Session s, dict f) except -1:
+        cdef bint refused = s.ended           # we sent our END already (limits.pxi)
         self.end_session(s)
-        self.write_frame(FRAME_AMQP, s.channel, D_END, {})
+        if not refused:
+            self.write_frame(FRAME_AMQP, s.channel, D_END, {})
         return 0
 
     cdef int end_session(self, Session s) except -1:
@@ -879,6 +891,7 @@ cdef class Connection:
         cdef Link link
         cdef Delivery d
         cdef const uint8_t* payload
+        cdef int64_t want
         r_list(r, &count, &end)
         if count < 1 or not r_uint(r, &handle):
             raise DecodeError("transfer without a handle")
@@ -931,6 +944,8 @@ cdef class Connection:
                                     "first transfer of a delivery lacks delivery-id or tag")
             if tag_n > MAX_TAG:
                 raise ProtocolError("amqp:invalid-field", "delivery-tag longer than 32 bytes")
+            if not settled and unsettled_refused(link):
+                return 0
             if link.credit <= 0:
                 if link.revoked <= 0:
                     return link_error(link, "amqp:link:transfer-limit-exceeded",
@@ -971,6 +986,8 @@ cdef class Connection:
             d.partial += PyBytes_FromStringAndSize(<char*>payload, plen)
             if self.max_message_size and <uint64_t>len(d.partial) > self.max_message_size:
                 link.current = None
+                if self.limits is not None:
+                    self.limits.n_message_size += 1
                 return link_error(link, "amqp:link:message-size-exceeded",
                                   f"message exceeds {self.max_message_size} bytes")
             if more:
@@ -981,6 +998,8 @@ cdef class Connection:
             payload = <const uint8_t*>PyBytes_AS_STRING(d.payload)
             plen = PyBytes_GET_SIZE(d.payload)
         elif self.max_message_size and <uint64_t>plen > self.max_message_size:
+            if self.limits is not None:
+                self.limits.n_message_size += 1
             return link_error(link, "amqp:link:message-size-exceeded",
                               f"message exceeds {self.max_message_size} bytes")
         if self.router.jbuf is not None:
@@ -1012,9 +1031,11 @@ cdef class Connection:
         elif link.state == LINK_ATTACHED:
             self.router.route_anonymous(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2 and link.state == LINK_ATTACHED:
-                link.credit = self.router.link_capacity
-                link.credit_changed()
-                self.write_flow(s, link, False)
+                want = limit_credit(link, self.router.link_capacity)
+                if want > link.credit:
+                    link.credit = want
+                    link.credit_changed()
+                    self.write_flow(s, link, False)
         return 0
 
     cdef int on_flow(self, Session s, Reader* r) except -1:
@@ -1203,6 +1224,7 @@ cdef class Connection:
             table.pop(d.delivery_id, None)
             if d.link is not None:
                 d.link.unsettled_count -= 1
+                limit_settled(d.link)
             d.outcome_sent = True
             d.remote_settled = True
             if journaling(d.link):

@@ -240,7 +240,7 @@ cdef class Router:
         # 2.6 / ANONYMOUS-RELAY: credit for a null-target link does not depend on one
         # address; each message is routed (or refused) on its own
         self.anonymous.add(link)
-        link.credit = self.link_capacity
+        link.credit = limit_credit(link, self.link_capacity)
         link.credit_changed()
         link.conn.write_flow(link.session, link, False)
         return 0
