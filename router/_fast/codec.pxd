@@ -227,3 +227,4 @@ cdef int r_skip(Reader* r) except -1
 cdef int r_ulong(Reader* r, uint64_t* out) except -1
 cdef int r_descriptor(Reader* r, uint64_t* code) except -1
 cdef object r_value(Reader* r)
+cdef int check_value(const uint8_t* p, Py_ssize_t n) except -1

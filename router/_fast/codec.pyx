@@ -1007,6 +1007,20 @@ cdef object r_value(Reader* r):
     return _r_value(r, 0)
 
 
+cdef int check_value(const uint8_t* p, Py_ssize_t n) except -1:
+    """DecodeError unless p[0:n] is exactly one well-formed value: what r_skip passed over
+    (it trusts sizes and does not look inside strings or maps) checked in full, for bytes
+    the router keeps or relays to another peer."""
+    cdef Reader r
+    r.p = p
+    r.n = n
+    r.pos = 0
+    _r_value(&r, 0)
+    if r.pos != n:
+        raise DecodeError(f"{n - r.pos} bytes after the value")
+    return 0
+
+
 # --- Python API --------------------------------------------------------------------------------
 def encode(value) -> bytes:
     """Encode one value (see the module doc for how plain Python types map)."""
