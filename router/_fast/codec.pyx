@@ -1044,6 +1044,22 @@ def decode(data, Py_ssize_t offset=0):
     return v, r.pos
 
 
+def skip(data, Py_ssize_t offset=0):
+    """The offset just past the one value at ``offset``, found from its sizes without
+    decoding it (as the engine skips the sections it need not read); DecodeError if its
+    sizes do not fit or its described values nest too deep."""
+
+    cdef bytes b = bytes(data)
+    cdef Reader r
+    r.p = <const uint8_t*>PyBytes_AS_STRING(b)
+    r.n = PyBytes_GET_SIZE(b)
+    if offset < 0 or offset > r.n:
+        raise ValueError("offset out of range")
+    r.pos = offset
+    r_skip(&r)
+    return r.pos
+
+
 def decode_all(data) -> list:
     """Decode a sequence of values filling ``data`` exactly (e.g. the sections of a message)."""
 
