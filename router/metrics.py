@@ -182,6 +182,12 @@ class RouterCollector:
             value=engine.n_decode_errors,
         )
         mesh = mesh_of(core)
+        yield CounterMetricFamily(
+            "qrouter_control_messages_dropped",
+            "Inter-router and guaranteed-topic control messages dropped as malformed.",
+            value=getattr(getattr(core, "mesh", None), "dropped", 0)
+            + getattr(getattr(core, "guarantees", None), "dropped", 0),
+        )
         yield GaugeMetricFamily(
             "qrouter_mesh_routers",
             "Other routers of the mesh reachable from this one (0: standalone).",

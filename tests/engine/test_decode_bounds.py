@@ -11,6 +11,8 @@ from router._fast.engine import _test_add_ingress, _test_message_ingress
 
 from router.config import ListenerConfig
 from tests.engine.pump import (
+    SASL_FRAME,
+    SASL_HEADER,
     Peer,
     RawPeer,
     assert_engine_usable,
@@ -236,3 +238,20 @@ def test_a_state_the_router_relays_must_decode_in_full(core, where: str) -> None
     if d is not None:
         # not the bogus REJECTED: the copy went with the consumer, so MODIFIED (3.4.5)
         assert d.remote_state == Delivery.MODIFIED
+
+
+def test_nesting_in_a_sasl_frame_closes_the_connection(core) -> None:  # type: ignore[no-untyped-def]
+    """5.3: a SASL-INIT whose hostname nests past the limit. SASL has no error frame of its
+    own for this, so the connection is closed (no AMQP CLOSE: the AMQP layer never began),
+    counted as a decode error; the router goes on."""
+    raw = RawPeer(core, handshake=False)
+    raw.feed(SASL_HEADER)
+    assert [f.name for f in raw.frames] == ["sasl-mechanisms"]
+    fields = b"\xa3\x09ANONYMOUS\x40" + _deep("described-value", 10_000)
+    body = b"\x00\x53\x41\xd0" + (len(fields) + 4).to_bytes(4, "big") + b"\x00\x00\x00\x03"
+    raw.feed(frame(body + fields, ftype=SASL_FRAME))
+    assert raw.conn.closed
+    assert raw.conn.error[0] == "amqp:decode-error" and "nesting" in raw.conn.error[1]
+    assert [f.name for f in raw.frames] == ["sasl-mechanisms"]  # no outcome, no AMQP CLOSE
+    assert core.engine.n_decode_errors == 1
+    assert_engine_usable(core)
