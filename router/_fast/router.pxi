@@ -228,7 +228,9 @@ cdef class Router:
                 refusal = ("amqp:not-found", f"no route to destination '{to}'")
             if len(self.unroutable) > 10000:
                 self.unroutable.clear()
-            self.unroutable[to] = refusal
+            if len(to) <= 1024:
+                # (a long `to` is not kept: 10,000 of them could be a gigabyte)
+                self.unroutable[to] = refusal
         return self.refuse(d, refusal[0], refusal[1])
 
     cdef int refuse(self, Delivery d, condition, description) except -1:
@@ -284,6 +286,9 @@ cdef object message_to(const uint8_t* data, Py_ssize_t n):
             r_skip(&r)                # message-id
             r_skip(&r)                # user-id
             v = r_value(&r)
+            if v is not None and not isinstance(v, str):
+                # 3.2.4: `to` is an address-string
+                raise DecodeError(f"'to' is a {type(v).__name__}, not a string")
             return str(v) if v is not None else None
         if code == D_HEADER or code == D_DELIVERY_ANNOTATIONS or \
                 code == D_MESSAGE_ANNOTATIONS:

@@ -255,3 +255,18 @@ def test_nesting_in_a_sasl_frame_closes_the_connection(core) -> None:  # type: i
     assert [f.name for f in raw.frames] == ["sasl-mechanisms"]  # no outcome, no AMQP CLOSE
     assert core.engine.n_decode_errors == 1
     assert_engine_usable(core)
+
+
+def test_anonymous_relay_refuses_a_to_that_is_not_a_string(core) -> None:  # type: ignore[no-untyped-def]
+    """3.2.4: `to` is an address-string; a list there is a decode error of that message."""
+    producer = Peer(core)
+    snd = producer.sender(None, "anon")
+    pump(producer)
+    d = snd.delivery(b"list-to")
+    snd.send(b"\x00\x53\x73\xc0\x04\x03\x40\x40\x45\x00\x53\x77\xa1\x01x")
+    snd.advance()
+    pump(producer)
+    assert d.remote_state == Delivery.REJECTED
+    assert d.remote.condition.name == "amqp:decode-error"
+    assert "not a string" in d.remote.condition.description
+    assert not producer.conn.closed
