@@ -1,7 +1,7 @@
 # One AMQP connection (2.4): protocol headers, SASL (5.3), frames (2.3), sessions and the
 # per-message performatives. (Included by engine.pyx.)
 
-from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 
@@ -117,7 +117,8 @@ cdef class Connection:
         try:
             pos = self.parse(b)
             if pos < len(b) and self.state != CS_CLOSED and not self.closing:
-                self.inbuf = bytearray(b[pos:])
+                self.inbuf = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(b) + pos,
+                                                           len(b) - pos)
                 self.inbuf_need = self.partial_need(self.inbuf)
         except DecodeError as e:
             self.router.n_decode_errors += 1
