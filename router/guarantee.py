@@ -177,6 +177,7 @@ class Guarantees:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.journal = False  # the delivery journal is on (router/server.py)
+        self.dropped = 0  # envelopes from another router that were malformed
         self.journal_dir: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -621,6 +622,7 @@ class Guarantees:
     def receive_batch(self, envelopes: Any) -> None:
         """A control message of envelopes (one per next hop and loop iteration)."""
         if not isinstance(envelopes, list):
+            self.dropped += 1
             log.warning("undecodable guaranteed-topic batch dropped")
             return
         for envelope in envelopes:
@@ -629,10 +631,12 @@ class Guarantees:
     def receive(self, envelope: Any) -> None:
         """An envelope from the control link: ours, or to pass on toward its router."""
         if not isinstance(envelope, dict):
+            self.dropped += 1
             log.warning("undecodable guaranteed-topic envelope dropped")
             return
         to, src, e, n = (envelope.get(k) for k in ("to", "from", "e", "n"))
         if not (isinstance(to, str) and isinstance(src, str)):
+            self.dropped += 1
             log.warning("guaranteed-topic envelope without to/from dropped")
             return
         if to != self.router_id:
@@ -657,6 +661,7 @@ class Guarantees:
         ch.in_n += 1
         message = envelope.get("m")
         if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
+            self.dropped += 1
             log.warning("undecodable guaranteed-topic message from %r dropped", src)
             return
         name = message["topic"]

@@ -92,6 +92,7 @@ class Mesh:
             hello_max_age=core.config.hello_max_age,
         )
         self.peers: dict[int, Peer] = {}  # link id (conn_id) -> peer
+        self.dropped = 0  # control messages that did not decode
         self.next_hop: dict[str, int] = {}
         self.cost: dict[str, int] = {}
         self.valid_origins: dict[str, frozenset[str]] = {}
@@ -284,6 +285,7 @@ class Mesh:
             value, _ = decode(payload)
             message = value.value if isinstance(value, Described) else value
         except Exception as exc:  # noqa: BLE001 - a bad message is dropped, not fatal
+            self.dropped += 1
             log.warning("[C%d] undecodable control message dropped: %s", conn.conn_id, exc)
             return
         if not peer.up:

@@ -176,7 +176,19 @@ class RouterCollector:
             value=engine.n_anonymous_rejected,
         )
         yield from _limit_metrics(core)
+        yield CounterMetricFamily(
+            "qrouter_decode_errors",
+            "Input that did not decode (amqp:decode-error): connections closed for a bad "
+            "frame, and messages refused because a section the router reads was malformed.",
+            value=engine.n_decode_errors,
+        )
         mesh = mesh_of(core)
+        yield CounterMetricFamily(
+            "qrouter_control_messages_dropped",
+            "Inter-router and guaranteed-topic control messages dropped as malformed.",
+            value=getattr(getattr(core, "mesh", None), "dropped", 0)
+            + getattr(getattr(core, "guarantees", None), "dropped", 0),
+        )
         yield GaugeMetricFamily(
             "qrouter_mesh_routers",
             "Other routers of the mesh reachable from this one (0: standalone).",
@@ -188,6 +200,11 @@ class RouterCollector:
                 "qrouter_management_requests",
                 "Requests to the $management node.",
                 value=management.requests,
+            )
+            yield CounterMetricFamily(
+                "qrouter_management_bad_requests",
+                "Requests to the $management node that did not decode (status 400 or REJECTED).",
+                value=management.bad_requests,
             )
 
         # -- store -----------------------------------------------------------------------

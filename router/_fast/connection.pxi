@@ -1,6 +1,7 @@
 # One AMQP connection (2.4): protocol headers, SASL (5.3), frames (2.3), sessions and the
 # per-message performatives. (Included by engine.pyx.)
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 
@@ -32,7 +33,8 @@ cdef class Connection:
     cdef public object transport               # has write(bytes) and close(); None in tests
     cdef public object info                    # the control plane's own data
     cdef Writer out
-    cdef bytes inbuf                           # an incomplete frame carried to the next feed
+    cdef bytearray inbuf                       # an incomplete frame carried to the next feed
+    cdef Py_ssize_t inbuf_need                 # the bytes inbuf must hold to be worth a parse
     cdef readonly int state
     cdef readonly int64_t conn_id
     cdef tuple sasl_mechanisms
@@ -106,13 +108,21 @@ cdef class Connection:
         self.bytes_in += len(b)
         self.last_read = monotonic()
         if self.inbuf is not None:
-            b = self.inbuf + b
+            # appended in place, parsed only once the frame can be whole: a frame that comes a
+            # byte at a time costs its size once, not its size squared
+            self.inbuf += b
+            if len(self.inbuf) < self.inbuf_need:
+                return
+            b = bytes(self.inbuf)
             self.inbuf = None
         try:
             pos = self.parse(b)
             if pos < len(b) and self.state != CS_CLOSED and not self.closing:
-                self.inbuf = b[pos:]
+                self.inbuf = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(b) + pos,
+                                                           len(b) - pos)
+                self.inbuf_need = self.partial_need(self.inbuf)
         except DecodeError as e:
+            self.router.n_decode_errors += 1
             self.fail("amqp:decode-error", str(e))
         except ProtocolError as e:
             self.fail(e.condition, e.description)
@@ -475,6 +485,17 @@ cdef class Connection:
                     jb.frame_ns = 0
             pos += size
         return pos
+
+    cdef Py_ssize_t partial_need(self, bytearray part) noexcept:
+        # What parse() needs before it can do more with `part`, the start of a frame (2.3.1):
+        # its size, once the 8-byte header is there (parse checked it is <= max-frame-size);
+        # else 8. A protocol header (2.2) is re-checked at every byte so garbage fails at once.
+        cdef const uint8_t* p = <const uint8_t*>PyByteArray_AS_STRING(part)
+        if self.state == CS_HEADER or self.state == CS_SASL_DONE:
+            return 0
+        if len(part) < 8:
+            return 8
+        return be32(p)
 
     cdef int bad_header(self) except -1:
         # 2.2: answer an unsupported header with the one we support, then close
@@ -912,6 +933,7 @@ cdef class Connection:
                 if not r_is_null(r):
                     st = r.pos
                     r_skip(r)
+                    check_value(r.p + st, r.pos - st)       # kept, and relayed on resume
                     state_raw = PyBytes_FromStringAndSize(<char*>(r.p + st), r.pos - st)
             elif i == 8:
                 r_bool(r, &resume)
@@ -1146,6 +1168,9 @@ cdef class Connection:
                     r_descriptor(r, &code)
                     r_skip(r)
                     raw = state_bytes(<int>code, r.p + st, r.pos - st)
+                    if raw is not _STATE_ACCEPTED and raw is not _STATE_RELEASED:
+                        # relayed to the producer as it is (3.4): it must decode in full
+                        check_value(r.p + st, r.pos - st)
             else:
                 r_skip(r)
         if count < 2:

@@ -25,6 +25,7 @@ cdef class Router:
     cdef dict unroutable             # `to` -> (condition, description): cache of refusals
     cdef int64_t next_conn_id
     cdef readonly int64_t n_anonymous_rejected
+    cdef readonly int64_t n_decode_errors   # undecodable messages refused, connections closed
     # durability 2 (durable.pxi): the store changes since the last checkpoint, net (a record
     # made and dropped in between is in neither), applied to the records at the checkpoint
     cdef public dict journal          # store key -> value to put
@@ -247,7 +248,10 @@ cdef class Router:
 
     cdef int route_anonymous(self, Delivery d, const uint8_t* data, Py_ssize_t n) except -1:
         cdef Address a
-        to = message_to(data, n)
+        try:
+            to = message_to(data, n)
+        except DecodeError as e:
+            return reject_undecodable(self, d, "sections up to its 'to'", e)
         if to is None:
             return self.refuse(d, "amqp:precondition-failed",
                                "message on an anonymous link has no 'to' address")
@@ -265,7 +269,9 @@ cdef class Router:
                 refusal = ("amqp:not-found", f"no route to destination '{to}'")
             if len(self.unroutable) > 10000:
                 self.unroutable.clear()
-            self.unroutable[to] = refusal
+            if len(to) <= 1024:
+                # (a long `to` is not kept: 10,000 of them could be a gigabyte)
+                self.unroutable[to] = refusal
         return self.refuse(d, refusal[0], refusal[1])
 
     cdef int refuse(self, Delivery d, condition, description) except -1:
@@ -321,6 +327,9 @@ cdef object message_to(const uint8_t* data, Py_ssize_t n):
             r_skip(&r)                # message-id
             r_skip(&r)                # user-id
             v = r_value(&r)
+            if v is not None and not isinstance(v, str):
+                # 3.2.4: `to` is an address-string
+                raise DecodeError(f"'to' is a {type(v).__name__}, not a string")
             return str(v) if v is not None else None
         if code == D_HEADER or code == D_DELIVERY_ANNOTATIONS or \
                 code == D_MESSAGE_ANNOTATIONS:
