@@ -280,7 +280,7 @@ class Policy:
                 for user in g.users:
                     self._group_of[user] = g
         self.per_user: Counter[str] = Counter()
-        self.per_host: Counter[str] = Counter()
+        self.per_host: Counter[tuple[str, str]] = Counter()  # (group, remote host)
         self.per_group: Counter[str] = Counter()
         # (group, rule) -> refusals; the group is "" for refusals before one is known
         self.refusals: Counter[tuple[str, str]] = Counter()
@@ -325,23 +325,23 @@ class Policy:
                         f"(max_connections_per_user {g.max_connections_per_user})",
                     )
             if g.max_connections_per_host and info.host is not None:
-                if self.per_host[info.host] >= g.max_connections_per_host:
+                held = self.per_host[(g.name, info.host)]
+                if held >= g.max_connections_per_host:
                     return self._refuse(
                         info,
                         g.name,
                         "max_connections_per_host",
                         RESOURCE_LIMIT,
-                        f"policy group {g.name!r}: host {info.host} has "
-                        f"{self.per_host[info.host]} connections "
-                        f"(max_connections_per_host {g.max_connections_per_host})",
+                        f"policy group {g.name!r}: host {info.host} has {held} connections "
+                        f"of this group (max_connections_per_host {g.max_connections_per_host})",
                     )
             info.sources = _table(g.sources, info.user)
             info.targets = _table(g.targets, info.user)
             self.per_group[g.name] += 1
-        if info.user is not None:
-            self.per_user[info.user] += 1
-        if info.host is not None:
-            self.per_host[info.host] += 1
+            if info.user is not None:
+                self.per_user[info.user] += 1
+            if info.host is not None:
+                self.per_host[(g.name, info.host)] += 1
         info.admitted = True
         return None
 
@@ -350,15 +350,18 @@ class Policy:
         if not info.admitted:
             return
         info.admitted = False
-        for counter, name in (
+        if info.group is None:
+            return
+        group = info.group.name
+        for counter, key in (
             (self.per_user, info.user),
-            (self.per_host, info.host),
-            (self.per_group, info.group.name if info.group else None),
+            (self.per_host, (group, info.host) if info.host is not None else None),
+            (self.per_group, group),
         ):
-            if name is not None:
-                counter[name] -= 1
-                if counter[name] <= 0:
-                    del counter[name]
+            if key is not None:
+                counter[key] -= 1  # type: ignore[index]
+                if counter[key] <= 0:  # type: ignore[index]
+                    del counter[key]  # type: ignore[arg-type]
 
     def max_sessions(self, info: ConnInfo) -> int:
         return info.group.max_sessions if info.group is not None else 0
