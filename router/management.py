@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("qrouter.management")
 # one line per management change (and per refused or failed request): who, what, when, where
 audit = logging.getLogger("qrouter.audit")
+# the trail is kept at info whatever the router's level (``--log-level warning`` must not drop
+# it); ``[log] modules = { audit = "warning" }`` keeps only the refusals and failures
+audit.setLevel(logging.INFO)
 
 MANAGEMENT_ADDRESS = "$management"
 TYPE_PREFIX = "org.qrouter."
@@ -93,7 +96,7 @@ class Requester:
 
     def describe(self) -> str:
         return (
-            f"user={self.user or '-'} role={self.role} from={self.host or '-'} "
+            f"user={_clip(self.user) if self.user else '-'} role={self.role} from={self.host or '-'} "
             f"conn=C{self.conn_id} listener={self.listener or '-'}"
         )
 
