@@ -373,6 +373,8 @@ class ConnectionHandler:
             address = target.get("address")
             if target.get("dynamic"):
                 address = self.core.dynamic_address()
+                self.core.dynamic_owner[address] = link.conn  # 3.5.4: private as well
+                self.dynamic.append(address)
             elif address is not None and (not isinstance(address, str) or not address):
                 raise AttachError("amqp:invalid-field", "target address must be a non-empty string")
             t = self.core.registry.attach(key, link, target, address)

@@ -148,7 +148,8 @@ def test_sources_and_targets(router: Any, blocking: Any, tmp_path: Path) -> None
 
 
 def test_dynamic_source_and_anonymous_relay(router: Any, blocking: Any, tmp_path: Path) -> None:
-    r = policy_router(router, tmp_path)
+    policy = POLICY.replace("max_connections_per_user = 1", "max_connections_per_user = 2")
+    r = policy_router(router, tmp_path, policy)
     alice = blocking(r.url, **as_user("alice"))
     text = refused(lambda: alice.create_receiver(None, dynamic=True, name="reply"))
     assert "allow_dynamic_source" in text and "'apps'" in text
@@ -158,7 +159,7 @@ def test_dynamic_source_and_anonymous_relay(router: Any, blocking: Any, tmp_path
     bob = blocking(r.url, **as_user("bob"))
     reply = bob.create_receiver(None, dynamic=True, name="reply", credit=1)
     assert reply.link.remote_source.address.startswith("_dynamic/")
-    relay = bob.create_sender(None, name="relay")  # allowed for group relay
+    relay = blocking(r.url, **as_user("bob")).create_sender(None, name="relay")  # allowed
     deliver(relay, reply, Message(address=reply.link.remote_source.address, body="via relay"))
     counted = refusals(r)
     assert counted[("apps", "allow_dynamic_source")] == 1
@@ -188,7 +189,10 @@ def test_max_senders_and_receivers(router: Any, blocking: Any, tmp_path: Path) -
 
 
 def test_max_message_size(router: Any, blocking: Any, tmp_path: Path) -> None:
-    r = policy_router(router, tmp_path)
+    # bob needs two connections here: one blocking connection must not be pumped by two
+    # threads at once
+    policy = POLICY.replace("max_connections_per_user = 1", "max_connections_per_user = 2")
+    r = policy_router(router, tmp_path, policy)
     alice = blocking(r.url, **as_user("alice"))
     sender = alice.create_sender("orders.big", name="big")
     # 2.7.3: the router's ATTACH states the group's maximum
@@ -200,7 +204,7 @@ def test_max_message_size(router: Any, blocking: Any, tmp_path: Path) -> None:
         sender.send(Message(body="y" * 2000), timeout=10)
     assert sender.link.remote_condition.name == "amqp:link:message-size-exceeded"
     # bob's group has no maximum of its own: the router's (100 MiB) applies
-    big = bob.create_sender("orders.big", name="bob-big")
+    big = blocking(r.url, **as_user("bob")).create_sender("orders.big", name="bob-big")
     assert big.link.remote_max_message_size == 100 * 1024 * 1024
     deliver(big, consumer, Message(body="z" * 2000))
 
