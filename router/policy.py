@@ -37,6 +37,7 @@ UNAUTHORIZED = "amqp:unauthorized-access"
 RESOURCE_LIMIT = "amqp:resource-limit-exceeded"  # 2.8.15 amqp-error
 # at most one log line per (connection, rule) this often; the others are counted
 DEFAULT_LOG_INTERVAL = 10.0
+_COMPILED_MAX = 10_000  # cached (group, user) pattern tables
 
 _GROUP_KEYS = (
     "name",
@@ -282,6 +283,9 @@ class Policy:
         self.per_user: Counter[str] = Counter()
         self.per_host: Counter[tuple[str, str]] = Counter()  # (group, remote host)
         self.per_group: Counter[str] = Counter()
+        # the compiled sources and targets per (group, user): users come from the users file
+        # (or are anonymous), so this stays as small as that file
+        self._compiled: dict[tuple[str, str | None], tuple[AddressTable, AddressTable]] = {}
         # (group, rule) -> refusals; the group is "" for refusals before one is known
         self.refusals: Counter[tuple[str, str]] = Counter()
 
@@ -335,8 +339,7 @@ class Policy:
                         f"policy group {g.name!r}: host {info.host} has {held} connections "
                         f"of this group (max_connections_per_host {g.max_connections_per_host})",
                     )
-            info.sources = _table(g.sources, info.user)
-            info.targets = _table(g.targets, info.user)
+            info.sources, info.targets = self._tables(g, info.user)
             self.per_group[g.name] += 1
             if info.user is not None:
                 self.per_user[info.user] += 1
@@ -344,6 +347,15 @@ class Policy:
                 self.per_host[(g.name, info.host)] += 1
         info.admitted = True
         return None
+
+    def _tables(self, g: GroupConfig, user: str | None) -> tuple[AddressTable, AddressTable]:
+        key = (g.name, user)
+        tables = self._compiled.get(key)
+        if tables is None:
+            if len(self._compiled) >= _COMPILED_MAX:
+                self._compiled.clear()  # user names from elsewhere (certificates): stay bounded
+            tables = self._compiled[key] = (_table(g.sources, user), _table(g.targets, user))
+        return tables
 
     def release(self, info: ConnInfo) -> None:
         """The connection is closed: it no longer counts."""
