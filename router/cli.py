@@ -68,6 +68,7 @@ def main() -> None:
     "--log-format", type=click.Choice(LOG_FORMATS), help="text, or json: one object a line."
 )
 @click.option("--users-file", metavar="FILE", help="Users for SASL PLAIN (qrouter-tool passwd).")
+@click.option("--policy-file", metavar="FILE", help="Who may do what: a [policy] TOML file (docs).")
 @click.option(
     "--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics."
 )
@@ -93,6 +94,7 @@ def start(
     log_level: str | None,
     log_format: str | None,
     users_file: str | None,
+    policy_file: str | None,
     metrics: str | None,
     limit: tuple[str, ...],
 ) -> None:
@@ -113,6 +115,7 @@ def start(
             log_level=log_level,
             log_format=log_format,
             users_file=users_file,
+            policy_file=policy_file,
             metrics=metrics,
             limit=limit,
         )

@@ -17,10 +17,13 @@ import socket
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router.addresses import DISTRIBUTIONS, GUARANTEES, check_pattern, normalize_prefix
 from router.limits import LIMIT_KEYS, LimitsConfig, parse_limits
+
+if TYPE_CHECKING:
+    from router.policy import PolicyConfig
 
 ROLES = ("normal", "inter-router")
 SASL_MECHANISMS = ("ANONYMOUS", "PLAIN")
@@ -104,6 +107,9 @@ class RouterConfig:
     default_distribution: str = "balanced"
     oslo_preset: bool = True
     users_file: str | None = None
+    # who may do what (router/policy.py): a [policy] table, or a file holding one; None: none
+    policy: PolicyConfig | None = None
+    policy_file: str | None = None
     store: str = "memory"
     store_path: str | None = None
     store_sync: str = "batched"  # "always": fsync every group commit; "batched": ~1 s
@@ -221,6 +227,8 @@ _TOP_KEYS = (
     "default_distribution",
     "oslo_preset",
     "users_file",
+    "policy",
+    "policy_file",
     "store",
     "store_path",
     "store_sync",
@@ -328,6 +336,12 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.oslo_preset = _want_bool("oslo_preset", doc["oslo_preset"])
     if "users_file" in doc:
         cfg.users_file = _path("users_file", doc["users_file"], base)
+    if "policy" in doc:
+        from router.policy import parse_policy  # policy imports this module
+
+        cfg.policy = parse_policy(_want_table("policy", doc["policy"]))
+    if "policy_file" in doc:
+        cfg.policy_file = _path("policy_file", doc["policy_file"], base)
     if "store" in doc:
         cfg.store = _want_choice("store", doc["store"], STORES)
     if "store_path" in doc:
@@ -568,6 +582,10 @@ def _cross_check(
         from router.auth import UserDB  # auth imports this module
 
         UserDB.load(cfg.users_file)  # a bad line: "<users file>: line <n>: <what>"
+    if cfg.policy_file is not None:
+        if cfg.policy is not None:
+            raise fail(origin("policy_file"), "give either a [policy] table or policy_file")
+        cfg.policy = _load_policy_file(cfg.policy_file, origin("policy_file"))
     seen: dict[tuple[str, int], _Origin] = {}
     for lc, where in zip(cfg.listeners, listener_origins, strict=True):
         if lc.require_auth and cfg.users_file is None:
@@ -585,6 +603,21 @@ def _cross_check(
         if metrics.port != 0 and (metrics.host, metrics.port) in seen:
             other = seen[(metrics.host, metrics.port)][1]
             raise fail(origin("metrics"), f"{cfg.metrics} is also used by {other}")
+
+
+def _load_policy_file(path: str, where: _Origin) -> PolicyConfig:
+    """A policy file: the keys of a ``[policy]`` table at its top level."""
+    from router.policy import parse_policy  # policy imports this module
+
+    try:
+        _readable_file("policy_file", path)
+    except ConfigError as exc:
+        raise ConfigError(exc.what, file=where[0], key=where[1]) from None
+    doc = _read_toml(path)
+    try:
+        return parse_policy(doc, key="policy")
+    except ConfigError as exc:
+        raise exc.located(file=path) from None
 
 
 # -- entry point ----------------------------------------------------------------------------
@@ -610,6 +643,7 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "journal": lambda key, value: _path(key, value, None),
     "journal_sample": lambda key, value: _want_sample(key, value),
     "users_file": lambda key, value: _path(key, value, None),
+    "policy_file": lambda key, value: _path(key, value, None),
     "log_level": lambda key, value: _want_choice(key, str(value).lower(), LOG_LEVELS),
     "log_format": lambda key, value: _want_choice(key, value, LOG_FORMATS),
     "default_distribution": lambda key, value: _want_choice(key, value, DISTRIBUTIONS),

@@ -29,6 +29,7 @@ from router.limits import Limits
 from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
 from router.management import ManagementNode
+from router.policy import ConnInfo, Policy, Refusal
 
 if TYPE_CHECKING:
     from router.inter_router import Mesh
@@ -45,9 +46,16 @@ class Core:
     """One router's tables and policies; one `ConnectionHandler` per connection talks to it."""
 
     def __init__(
-        self, config: RouterConfig, persistence: TerminusPersistence | None = None
+        self,
+        config: RouterConfig,
+        persistence: TerminusPersistence | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.config = config
+        # who may do what (router/policy.py); by default the one the configuration gives
+        self.policy = policy or Policy(config.policy, users_file=config.users_file is not None)
+        # 3.5.3 dynamic sources: a reply address belongs to the connection that asked for it
+        self.dynamic_owner: dict[str, Connection] = {}
         self.table = AddressTable(
             default_distribution=config.default_distribution,
             entries=config.addresses,
@@ -187,6 +195,8 @@ class ConnectionHandler:
         self.listener = listener
         self.connector = connector  # set on the router's own inter-router connections
         self.inter_router = False  # the OPEN exchange admitted an inter-router peer
+        self.info: ConnInfo | None = None  # a client connection: what the policy knows of it
+        self.dynamic: list[str] = []  # the dynamic source addresses this connection made
 
     # 5.3.3.2 sasl-init
     def on_sasl(
@@ -240,15 +250,29 @@ class ConnectionHandler:
             self._admit(conn)
 
     def _admit(self, conn: Connection) -> None:
-        """Connection limits, after SASL and OPEN so that the client learns which limit it met
-        from the CLOSE (2.4.3 with amqp:resource-limit-exceeded)."""
+        """A client's OPEN: the connection limits (router/limits.py), then the policy's group
+        and its connection maxima (router/policy.py). After SASL and OPEN, so that the client
+        learns from the CLOSE which one it met (2.4.3)."""
         transport = conn.transport
         peer = transport.get_extra_info("peername") if transport is not None else None
-        host = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
-        refusal = self.core.limits.admit(conn, host, conn.user)
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        limited = self.core.limits.admit(conn, host or "unknown", conn.user)
+        if limited is not None:
+            log.warning("[C%d] refused: %s", conn.conn_id, limited[1])
+            conn.close(*limited)
+            return
+        info = ConnInfo(
+            conn.conn_id, conn.user, host, self.listener.host, self.listener.require_auth
+        )
+        self.info = info
+        refusal = self.core.policy.admit(info)
         if refusal is not None:
-            log.warning("[C%d] refused: %s", conn.conn_id, refusal[1])
-            conn.close(*refusal)
+            conn.close(refusal.condition, refusal.description)
+            return
+        sessions = self.core.policy.max_sessions(info)
+        if sessions and sessions - 1 < conn.channel_max:
+            # 2.7.1: channel-max in our OPEN is the highest channel number the peer may use
+            conn.channel_max = sessions - 1
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
         if self.inter_router:
@@ -261,6 +285,7 @@ class ConnectionHandler:
         if self.core.management.claims(link, fields):  # a sender to $management
             return
         try:
+            self._check_policy(conn, link, fields)
             key = self.core.registry.key_for(conn.remote_container_id, link.name, link.is_sender)
             if link.is_sender:
                 self._attach_consumer(key, link, fields)
@@ -269,18 +294,67 @@ class ConnectionHandler:
         except AttachError as e:
             link.detach(e.condition, e.description)
 
+    def _check_policy(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
+        """Raise AttachError when the policy refuses this attach, or when it is a receiver
+        on another connection's reply address (3.5.3 dynamic: a reply address is private)."""
+        info = self.info
+        if info is None:
+            return
+        receiving = link.is_sender  # the client receives on a link where the router sends
+        terminus = fields.get("source" if receiving else "target")
+        if not isinstance(terminus, dict):
+            return  # null: a stored terminus is recovered; the registry checks the key
+        dynamic = bool(terminus.get("dynamic"))
+        address = terminus.get("address")
+        address = address if isinstance(address, str) and address else None
+        if receiving and not dynamic and address is not None:
+            self._check_private(conn, address)
+
+        def open_links() -> int:
+            return sum(
+                1
+                for other in conn.links()
+                if other.is_sender == receiving and other.state == 1 and not other.endpoint
+            )
+
+        refusal = self.core.policy.check_attach(info, receiving, address, dynamic, open_links)
+        if refusal is not None:
+            raise AttachError(refusal.condition, refusal.description)
+
+    def _check_private(self, conn: Connection, address: str) -> None:
+        if not address.startswith(DYNAMIC_PREFIX):
+            return
+        if self.core.dynamic_owner.get(address) is conn:
+            return
+        assert self.info is not None
+        refusal: Refusal = self.core.policy.refuse_reply_address(self.info, address)
+        raise AttachError(refusal.condition, refusal.description)
+
+    def _check_recovered(self, link: Link, address: str | None) -> None:
+        """A null terminus recovered a stored one: the policy applies to its address as if
+        the peer had named it; a refusal leaves the stored terminus suspended."""
+        which = "source" if link.is_sender else "target"
+        try:
+            self._check_policy(link.conn, link, {which: {"address": address}})
+        except AttachError:
+            self.core.registry.detached(link, False, "link-detach")
+            raise
+
     def _attach_consumer(self, key: Any, link: Link, fields: dict[str, Any]) -> None:
         source = fields.get("source")
         if source is None:
             # a null source: recover the stored terminus (durable subscriptions)
             t = self.core.registry.attach(key, link, None, None)
             address = t.address
+            self._check_recovered(link, address)
         else:
             if not isinstance(source, dict):
                 raise AttachError("amqp:invalid-field", "source is not a source terminus")
             address = source.get("address")
             if source.get("dynamic"):
                 address = self.core.dynamic_address()
+                self.core.dynamic_owner[address] = link.conn
+                self.dynamic.append(address)
             elif not isinstance(address, str) or not address:
                 raise AttachError("amqp:invalid-field", "source address is missing")
             t = self.core.registry.attach(key, link, source, address)
@@ -325,12 +399,15 @@ class ConnectionHandler:
         if target is None:
             t = self.core.registry.attach(key, link, None, None)
             address = t.address
+            self._check_recovered(link, address)
         else:
             if not isinstance(target, dict):
                 raise AttachError("amqp:invalid-field", "target is not a target terminus")
             address = target.get("address")
             if target.get("dynamic"):
                 address = self.core.dynamic_address()
+                self.core.dynamic_owner[address] = link.conn  # 3.5.4: private as well
+                self.dynamic.append(address)
             elif address is not None and (not isinstance(address, str) or not address):
                 raise AttachError("amqp:invalid-field", "target address must be a non-empty string")
             t = self.core.registry.attach(key, link, target, address)
@@ -344,6 +421,8 @@ class ConnectionHandler:
             return
         source = fields.get("source")
         max_size = link.conn.max_message_size  # the listener's (or the router's)
+        if self.info is not None:
+            max_size = self.core.policy.max_message_size(self.info, max_size)
         link.origin_prefix = origin_id(link.conn.remote_container_id, link.name, b"")
         link.attach(
             {
@@ -472,6 +551,11 @@ class ConnectionHandler:
     def on_closed(self, conn: Connection) -> None:
         self.core.connections.discard(conn)
         self.core.limits.release(conn)
+        if self.info is not None:
+            self.core.policy.release(self.info)
+        for address in self.dynamic:
+            if self.core.dynamic_owner.get(address) is conn:
+                del self.core.dynamic_owner[address]
         if self.inter_router and self.core.mesh is not None:
             self.core.mesh.on_closed(conn)
         log.info("[C%d] connection closed", conn.conn_id)

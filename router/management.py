@@ -42,11 +42,23 @@ if TYPE_CHECKING:
     from router.core import Core
 
 log = logging.getLogger("qrouter.management")
+# one line per management change (and per refused or failed request): who, what, when, where
+audit = logging.getLogger("qrouter.audit")
+# the trail is kept at info whatever the router's level (``--log-level warning`` must not drop
+# it); ``[log] modules = { audit = "warning" }`` keeps only the refusals and failures
+audit.setLevel(logging.INFO)
 
 MANAGEMENT_ADDRESS = "$management"
 TYPE_PREFIX = "org.qrouter."
 MANAGEMENT_TYPE = "org.amqp.management"
 REQUEST_CREDIT = 100  # requests a client may have in flight on one link
+
+# what each management role may do (router/policy.py gives the roles): anything else changes
+# the router and needs admin
+READ_OPERATIONS = frozenset(
+    ("QUERY", "READ", "GET-TYPES", "GET-OPERATIONS", "GET-ATTRIBUTES", "GET-MGMT-NODES")
+)
+DYNAMIC_PREFIX = "_dynamic/"  # router/core.py DYNAMIC_PREFIX: reply addresses, private
 
 # Link.state (router/_fast/constants.pxd)
 _LINK_STATES = {0: "attaching", 1: "attached", 2: "detached"}
@@ -69,6 +81,24 @@ class Response:
 
 
 Reply = Response | Coroutine[Any, Any, Response]
+
+
+@dataclass
+class Requester:
+    """Who sent a request: the user (None: anonymous), the role the policy gives them, the
+    connection, its remote address and the listener it came in on."""
+
+    user: str | None
+    role: str  # "admin" | "monitor" | "none"
+    conn_id: int | None = None
+    host: str | None = None
+    listener: str | None = None
+
+    def describe(self) -> str:
+        return (
+            f"user={_clip(self.user) if self.user else '-'} role={self.role} from={self.host or '-'} "
+            f"conn=C{self.conn_id} listener={self.listener or '-'}"
+        )
 
 
 # -- listeners: the server opens and closes them -----------------------------------------------
@@ -212,6 +242,12 @@ class ManagementNode:
                     doc="routers of the mesh reachable from this one",
                 ),
                 EntityType(
+                    "policy.group",
+                    POLICY_GROUP_ATTRIBUTES,
+                    lambda: self.core.policy.group_rows(),
+                    doc="groups of the [policy]: members, role, connections, refusals by rule",
+                ),
+                EntityType(
                     "topic",
                     TOPIC_ATTRIBUTES,
                     self.topic_rows,
@@ -268,11 +304,15 @@ class ManagementNode:
         correlation = (
             request.message_id if request.message_id is not None else (request.correlation_id)
         )
-        answer = self.handle(request, user=link.conn.user)
+        requester = self.requester(link.conn)
+        answer = self.handle(request, user=link.conn.user, requester=requester)
         if isinstance(answer, Response):
+            self._audit(request, requester, answer)
             self._send(reply_to, correlation, answer)
             return
-        task = asyncio.get_running_loop().create_task(self._finish(reply_to, correlation, answer))
+        task = asyncio.get_running_loop().create_task(
+            self._finish(reply_to, correlation, answer, request, requester)
+        )
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -292,7 +332,12 @@ class ManagementNode:
         self._send(reply_to, correlation, Response(400, f"request does not decode: {exc}"))
 
     async def _finish(
-        self, reply_to: str, correlation: Any, answer: Coroutine[Any, Any, Response]
+        self,
+        reply_to: str,
+        correlation: Any,
+        answer: Coroutine[Any, Any, Response],
+        request: Message | None = None,
+        requester: Requester | None = None,
     ) -> None:
         try:
             response = await answer
@@ -301,7 +346,83 @@ class ManagementNode:
         except Exception as exc:  # noqa: BLE001 - the requester gets a 500, the log the detail
             log.exception("management request failed")
             response = Response(500, f"internal error: {exc}")
+        if request is not None:
+            self._audit(request, requester, response)
         self._send(reply_to, correlation, response)
+
+    # -- who may do what -----------------------------------------------------------------------
+
+    def requester(self, conn: Any) -> Requester:
+        """The requester behind a connection: the role comes from the core's policy, from
+        the connection's user, listener and remote host (router/policy.py)."""
+        handler = getattr(conn, "handler", None)
+        info = getattr(handler, "info", None)
+        role = self.core.policy.management_role(info) if info is not None else "none"
+        transport = conn.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        lc = getattr(handler, "listener", None)
+        listener = None
+        if lc is not None:
+            listener = next((r.name for r in self._running() if r.config is lc), None)
+            listener = listener or f"{lc.host}:{lc.port}"
+        return Requester(conn.user, role, conn.conn_id, _peer(peer), listener)
+
+    def _authorize(self, operation: str, requester: Requester | None) -> None:
+        if requester is None or requester.role == "admin":
+            return
+        if requester.role == "monitor" and operation in READ_OPERATIONS:
+            return
+        who = f"user {requester.user!r}" if requester.user else "an anonymous connection"
+        need = "monitor or admin" if operation in READ_OPERATIONS else "admin"
+        how = (
+            "given by the [policy] (docs/configuration.md)"
+            if self.core.policy.enabled
+            else "given by a [policy]; without one only anonymous connections on a loopback "
+            "listener of a router without users_file are admin"
+        )
+        raise ManagementError(
+            403, f"{operation} needs the {need} role; {who} has {requester.role!r} ({how})"
+        )
+
+    def _audit(self, request: Message, requester: Requester | None, response: Response) -> None:
+        """The audit trail: every change, and every request refused or failed, one line."""
+        props = request.application_properties or {}
+        operation = str(props.get("operation") or "").upper()
+        changed = operation not in READ_OPERATIONS
+        if not changed and response.status < 400:
+            return
+        what = " ".join(
+            f"{key}={_clip(props[key])}" for key in ("type", "name", "identity") if key in props
+        )
+        if operation in ("CREATE", "UPDATE") and isinstance(request.body, dict):
+            what += " attributes=" + _clip(
+                {str(k): _plain(v) for k, v in request.body.items()}, 300
+            )
+        level = logging.INFO if response.status < 400 else logging.WARNING
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        audit.log(
+            level,
+            "%s at=%s op=%s %s status=%d %s",
+            requester.describe() if requester is not None else "user=- role=internal",
+            when,
+            operation or "-",
+            what,
+            response.status,
+            _clip(response.description),
+        )
+
+    def _visible(self, etype: EntityType, requester: Requester | None) -> list[dict[str, Any]]:
+        """The rows a requester may see: reply addresses (dynamic sources) are private, so
+        only admins see them (in router.address, link and terminus)."""
+        rows = list(etype.rows())
+        if requester is None or requester.role == "admin":
+            return rows
+        key = "name" if etype.name == "router.address" else "address"
+        return [
+            row
+            for row in rows
+            if not (isinstance(row.get(key), str) and row[key].startswith(DYNAMIC_PREFIX))
+        ]
 
     def _send(self, reply_to: str, correlation: Any, response: Response) -> None:
         reply = Message(
@@ -318,13 +439,17 @@ class ManagementNode:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def handle(self, request: Message, user: str | None = None) -> Reply:
-        """The response to one request (a coroutine for those that wait on the server)."""
+    def handle(
+        self, request: Message, user: str | None = None, requester: Requester | None = None
+    ) -> Reply:
+        """The response to one request (a coroutine for those that wait on the server).
+        `requester` None: an in-process caller, with every right."""
         props = request.application_properties or {}
         operation = str(props.get("operation") or "").upper()
         try:
             if not operation:
                 raise ManagementError(400, "no operation in the request's application-properties")
+            self._authorize(operation, requester)
             if operation == "GET-TYPES":
                 return Response(200, "OK", self.get_types())
             if operation == "GET-OPERATIONS":
@@ -339,13 +464,13 @@ class ManagementNode:
                     405, f"{operation} is not supported for type {etype.full_name}"
                 )
             if operation == "QUERY":
-                return Response(200, "OK", self.query(etype, request.body, props))
+                return Response(200, "OK", self.query(etype, request.body, props, requester))
             if operation == "CREATE":
                 attrs = _attributes(request.body)
                 name = props.get("name") or attrs.get("name")
                 assert etype.create is not None
                 return etype.create(None if name is None else str(name), attrs)
-            row = self._find(etype, props)
+            row = self._find(etype, props, requester)
             if operation == "READ":
                 return Response(200, "OK", row)
             if operation == "UPDATE":
@@ -384,7 +509,13 @@ class ManagementNode:
             raise ManagementError(404, f"unknown entity type {text!r} (known: {known})")
         return etype
 
-    def query(self, etype: EntityType, body: Any, props: dict[str, Any]) -> dict[str, Any]:
+    def query(
+        self,
+        etype: EntityType,
+        body: Any,
+        props: dict[str, Any],
+        requester: Requester | None = None,
+    ) -> dict[str, Any]:
         names: list[str] = []
         if isinstance(body, dict):
             requested = body.get("attributeNames")
@@ -392,7 +523,7 @@ class ManagementNode:
                 names = [str(n) for n in requested]
         if not names:
             names = list(etype.attributes)
-        rows = list(etype.rows())
+        rows = self._visible(etype, requester)
         offset = _int(props.get("offset"), 0)
         count = props.get("count")
         rows = rows[offset:]
@@ -403,11 +534,13 @@ class ManagementNode:
             "results": [[row.get(n) for n in names] for row in rows],
         }
 
-    def _find(self, etype: EntityType, props: dict[str, Any]) -> dict[str, Any]:
+    def _find(
+        self, etype: EntityType, props: dict[str, Any], requester: Requester | None = None
+    ) -> dict[str, Any]:
         identity, name = props.get("identity"), props.get("name")
         if identity is None and name is None:
             raise ManagementError(400, "give 'name' or 'identity'")
-        for row in etype.rows():
+        for row in self._visible(etype, requester):
             if identity is not None and str(row.get("identity")) == str(identity):
                 return row
             if identity is None and str(row.get("name")) == str(name):
@@ -986,6 +1119,9 @@ NODE_ATTRIBUTES = ("identity", "name", "id", "neighbour", "next_hop", "cost", "l
 LIMIT_ATTRIBUTES = (
     "identity", "name", "config_key", "value", "in_use", "exceeded", "description",
 )  # fmt: skip
+POLICY_GROUP_ATTRIBUTES = (
+    "identity", "name", "users", "management", "connections", "refused", "refused_by_rule",
+)  # fmt: skip
 TOPIC_ATTRIBUTES = (
     "identity", "name", "guarantee", "publishers", "subscribers", "known_subscribers",
     "origin_records", "local_records", "peers",
@@ -1018,6 +1154,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {_plain(k): _plain(v) for k, v in value.items()}
     return value
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    """A value for the audit line: repr'd, on one line, at most `limit` characters."""
+    text = repr(value) if not isinstance(value, str) else repr(value)[1:-1]
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _int(value: Any, default: int) -> int:

@@ -28,6 +28,7 @@ from router.config import parse_listen
 
 if TYPE_CHECKING:
     from router.core import Core
+    from router.policy import Policy
 
 log = logging.getLogger("qrouter.metrics")
 
@@ -207,6 +208,10 @@ class RouterCollector:
                 value=management.bad_requests,
             )
 
+        policy = getattr(core, "policy", None)
+        if policy is not None:
+            yield from _policy_metrics(policy)
+
         # -- store -----------------------------------------------------------------------
         store = getattr(core.registry.persistence, "store", None)
         if store is not None:
@@ -251,6 +256,27 @@ def _limit_metrics(core: Core) -> Iterator[Metric]:
         exceeded.add_metric([row["name"]], row["exceeded"])
     yield value
     yield exceeded
+
+
+def _policy_metrics(policy: Policy) -> Iterator[Metric]:
+    """router/policy.py: attaches and connections refused, by group and rule (the group is
+    "" for a refusal before any group applied: an unknown user, another's reply address)."""
+    refused = CounterMetricFamily(
+        "qrouter_policy_refusals",
+        "Attaches and connections the policy refused, by group and rule.",
+        labels=["group", "rule"],
+    )
+    for (group, rule), count in sorted(policy.refusals.items()):
+        refused.add_metric([group, rule], count)
+    yield refused
+    connections = GaugeMetricFamily(
+        "qrouter_policy_connections",
+        "Open client connections by policy group.",
+        labels=["group"],
+    )
+    for group, count in sorted(policy.per_group.items()):
+        connections.add_metric([group], count)
+    yield connections
 
 
 class MetricsEndpoint:

@@ -22,6 +22,10 @@ class ManagementClientError(Exception):
     """The router cannot be reached, refused us, or did not answer: one line for the user."""
 
 
+class ManagementForbidden(ManagementClientError):
+    """The router's policy does not let this user do that (status 403): the reason."""
+
+
 @dataclass
 class Reply:
     status: int
@@ -159,6 +163,8 @@ class ManagementClient:
     def call(self, operation: str, entity_type: str | None = None, **kwargs: Any) -> Any:
         """`request`, raising ManagementClientError for a status of 300 or more."""
         reply = self.request(operation, entity_type, **kwargs)
+        if reply.status == 403:
+            raise ManagementForbidden(reply.description)
         if reply.status >= 300:
             what = f"{operation} {entity_type}" if entity_type else operation
             raise ManagementClientError(f"{what}: {reply.status} {reply.description}")

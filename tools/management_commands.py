@@ -21,6 +21,7 @@ from qrouter_tools.management_client import (
     ConnectOptions,
     ManagementClient,
     ManagementClientError,
+    ManagementForbidden,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,6 +86,10 @@ def _with_client(settings: dict[str, Any], work: Callable[[ManagementClient], No
     try:
         with ManagementClient(_connect_options(settings)) as client:
             work(client)
+    except ManagementForbidden as exc:
+        # the router's policy refused it: say so, and why, on one line
+        click.echo(f"qrouter-tool: forbidden: {exc}", err=True)
+        sys.exit(1)
     except ManagementClientError as exc:
         _fail(str(exc))
 

@@ -43,7 +43,7 @@ cdef class Connection:
     cdef readonly str user                     # authenticated identity (None: anonymous)
     cdef readonly uint32_t max_frame_size      # ours: the largest frame we accept
     cdef readonly uint32_t remote_max_frame_size
-    cdef readonly uint16_t channel_max
+    cdef public uint16_t channel_max    # the policy may lower it before our OPEN (2.7.1)
     cdef readonly uint16_t remote_channel_max
     cdef readonly uint32_t idle_timeout_ms     # ours
     cdef readonly uint32_t remote_idle_timeout_ms
@@ -907,6 +907,7 @@ cdef class Connection:
         cdef Py_ssize_t tag_n = 0
         cdef bint has_id = False, has_tag = False, settled = False, more = False
         cdef bint aborted = False, resume = False
+        cdef uint64_t mms
         cdef Py_ssize_t st
         cdef bytes state_raw = None
         cdef Link link
@@ -994,6 +995,11 @@ cdef class Connection:
             d.presettled = True               # 2.7.5: settled may be set on a later frame
             s.unsettled_in.pop(d.delivery_id, None)
             link.unsettled_count -= 1
+        # 2.7.3: the max-message-size our ATTACH stated for this link (a policy's, below the
+        # router's), else the router's
+        mms = self.max_message_size
+        if link.max_message_size and (not mms or link.max_message_size < mms):
+            mms = link.max_message_size
         if aborted:
             # 2.6.14: an aborted delivery is discarded (and settled)
             link.current = None
@@ -1006,12 +1012,12 @@ cdef class Connection:
                 d.partial = bytearray()
                 link.current = d
             d.partial += PyBytes_FromStringAndSize(<char*>payload, plen)
-            if self.max_message_size and <uint64_t>len(d.partial) > self.max_message_size:
+            if mms and <uint64_t>len(d.partial) > mms:
                 link.current = None
                 if self.limits is not None:
                     self.limits.n_message_size += 1
                 return link_error(link, "amqp:link:message-size-exceeded",
-                                  f"message exceeds {self.max_message_size} bytes")
+                                  f"message exceeds {mms} bytes")
             if more:
                 return 0
             link.current = None
@@ -1019,11 +1025,11 @@ cdef class Connection:
             d.partial = None
             payload = <const uint8_t*>PyBytes_AS_STRING(d.payload)
             plen = PyBytes_GET_SIZE(d.payload)
-        elif self.max_message_size and <uint64_t>plen > self.max_message_size:
+        elif mms and <uint64_t>plen > mms:
             if self.limits is not None:
                 self.limits.n_message_size += 1
             return link_error(link, "amqp:link:message-size-exceeded",
-                              f"message exceeds {self.max_message_size} bytes")
+                              f"message exceeds {mms} bytes")
         if self.router.jbuf is not None:
             journal_received(link, d, payload, plen)
         if link.durable_key is not None and link.resumable and not link.endpoint:
