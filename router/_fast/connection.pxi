@@ -71,7 +71,7 @@ cdef class Connection:
     cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
     # deadlines.pxi: the handshake deadline, the partial-frame clock, a deferred SASL check
     cdef readonly double created
-    cdef double partial_since                  # when the frame held in `inbuf` began; 0: none
+    cdef readonly double partial_since         # when the frame held in `inbuf` began; 0: none
     cdef public double handshake_timeout       # seconds for header + SASL + OPEN; 0: none
     cdef readonly bint sasl_pending            # a SASL check runs elsewhere (defer_sasl)
 
