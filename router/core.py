@@ -211,7 +211,13 @@ class ConnectionHandler:
         # The hash runs on a worker thread (router/login_throttle.py); the engine holds the
         # connection's later bytes until complete_sasl gives the outcome.
         def done(ok: Any) -> None:
-            conn.complete_sasl(_plain_result(conn, user, bool(ok)))
+            if ok is None:  # refused after its backoff wait: too many checks pending
+                log.warning(
+                    "[C%d] SASL PLAIN: too many logins being checked; sys-temp", conn.conn_id
+                )
+                conn.complete_sasl(4)
+            else:
+                conn.complete_sasl(_plain_result(conn, user, bool(ok)))
 
         host = _peer_host(conn)
         if self.core.login_throttle.check(host, lambda: users.verify(user, password), done):

@@ -4,12 +4,13 @@ A PLAIN check costs one PBKDF2 run (~50 ms, router/auth.py). Run on the event lo
 of wrong passwords would stall every connection's traffic, so checks run on a few worker
 threads (hashlib releases the GIL while it hashes). What is asked of them is bounded:
 
-* at most ``max_pending`` checks queued or running; one more gets ``False`` from `check` and
-  the caller answers SASL sys-temp (5.3.3.6 code 4: a transient failure, retry later) rather
-  than queue without bound;
+* at most ``max_pending`` checks queued or running; one more is refused (``check`` returns
+  False, or ``done(None)`` after a backoff wait) and the caller answers SASL sys-temp
+  (5.3.3.6 code 4: a transient failure, retry later) rather than queue without bound;
 * a host with ``backoff_after`` failed logins within ``backoff_window`` seconds waits before
   each further check: 0.25 s, doubled per failure, at most ``backoff_max``. The wait comes
-  before the hash (a throttled host costs no CPU) and delays its outcome too. A successful
+  before the hash and holds no thread and no place in the queue, so a throttled host costs no
+  CPU and cannot crowd out other hosts' logins; it delays the outcome too. A successful
   login from the host forgets its failures. At most ``max_hosts`` hosts are remembered, the
   least recently failed dropped first.
 """
@@ -91,19 +92,19 @@ class LoginThrottle:
 
     def check(self, host: str, verify: Callable[[], Any], done: Callable[[Any], None]) -> bool:
         """Run `verify()` on a worker thread, after `host`'s backoff delay, and call
-        `done(result)` on the event loop (result False if verify raised). Must be called on
-        the loop. False, and nothing happens, when max_pending checks are waiting already."""
-        if self.pending >= self.config.max_pending:
-            self.refused += 1
-            return False
+        `done(result)` on the event loop: result False if verify raised, None if the check was
+        refused after the delay because max_pending were waiting. Must be called on the loop.
+        False, and nothing happens, when there is no delay and max_pending are waiting."""
         loop = asyncio.get_running_loop()
-        self.pending += 1
         wait = self.delay(host)
         if wait > 0:
             self.delayed += 1
             loop.call_later(wait, self._submit, loop, host, verify, done)
-        else:
-            self._submit(loop, host, verify, done)
+            return True
+        if self.pending >= self.config.max_pending:
+            self.refused += 1
+            return False
+        self._submit(loop, host, verify, done)
         return True
 
     def _submit(
@@ -113,6 +114,10 @@ class LoginThrottle:
         verify: Callable[[], Any],
         done: Callable[[Any], None],
     ) -> None:
+        if self.pending >= self.config.max_pending:  # (after a backoff wait)
+            self.refused += 1
+            done(None)
+            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=self.config.workers, thread_name_prefix="qrouter-login"
@@ -120,9 +125,9 @@ class LoginThrottle:
         try:
             fut = self._pool.submit(verify)
         except RuntimeError:  # the pool was shut down: the router is stopping
-            self.pending -= 1
-            done(False)
+            done(None)
             return
+        self.pending += 1
 
         def finished(f: Future[Any]) -> None:  # on the worker thread
             try:

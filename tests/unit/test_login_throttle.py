@@ -146,3 +146,32 @@ def test_config_errors(write_config: Callable[..., str], toml: str, key: str, wh
         load_config(path)
     assert str(info.value).startswith(f"{path}: {key}"), str(info.value)
     assert what in str(info.value)
+
+
+def test_a_throttled_host_holds_no_place_in_the_queue() -> None:
+    """Checks waiting out a host's backoff take no thread and no pending place: another
+    host still gets its check at once; after the wait a full queue means done(None)."""
+
+    async def main() -> None:
+        t = LoginThrottle(LoginConfig(workers=1, max_pending=1, backoff_after=1))
+        t.record("bad", False)
+        t.record("bad", False)
+        assert t.delay("bad") == 0.5
+        got: list[Any] = []
+        for _ in range(5):
+            assert t.check("bad", lambda: False, got.append)
+        assert t.pending == 0 and t.delayed == 5
+        gate = threading.Event()
+        assert t.check("good", lambda: gate.wait(10), got.append)
+        assert t.pending == 1
+        await asyncio.sleep(0.7)  # the waits are over while "good" still holds the place
+        assert got == [None] * 5 and t.refused == 5
+        gate.set()
+        for _ in range(200):
+            if len(got) == 6:
+                break
+            await asyncio.sleep(0.01)
+        assert got[5] is True
+        t.close()
+
+    asyncio.run(main())
