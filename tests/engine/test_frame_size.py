@@ -297,3 +297,22 @@ def test_listener_limit_bounds_what_the_router_sends() -> None:
     pump(consumer, producer)
     assert [m.body for _, m in receive(rcv)] == ["z" * 10000]
     assert_fits(consumer.from_router, 1024)
+
+
+def test_detach_and_close_errors_are_shortened_to_fit() -> None:
+    """An error description longer than the peer's frames allow is cut (its condition
+    kept) rather than sent oversize or not at all (frame_size.pxi)."""
+    core = make_core()
+    raw = RawPeer(core, max_frame_size=512)
+    raw.feed(attach_frame("l", 0, sender=False, address="q"))
+    (link,) = raw.conn.links()
+    link.detach("amqp:internal-error", "d" * 3000)
+    raw.conn.close("amqp:internal-error", "c" * 3000)
+    data = raw.conn.take_output()
+    assert max(frame_sizes(data)) <= 512
+    frames = parse_output(data)[1]
+    assert [f.name for f in frames] == ["detach", "close"]
+    for f in frames:
+        condition, description = f.error() or ("", "")
+        assert condition == "amqp:internal-error"
+        assert 300 < len(description or "") < 512
