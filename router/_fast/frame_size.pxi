@@ -5,8 +5,8 @@
 # (Included by engine.pyx after connection.pxi.)
 #
 # What does not fit is cut down the ways the spec allows, else the connection is closed:
-# * ATTACH: an unsettled map too large for one frame is left out and incomplete-unsettled is
-#   set (2.7.3; 2.8.15 amqp:frame-size-too-small names this way out).
+# * ATTACH: an unsettled map too large for one frame is cut to the entries that fit and
+#   incomplete-unsettled is set (2.7.3; 2.8.15 amqp:frame-size-too-small names this way out).
 # * DETACH / END / CLOSE: the error's description is shortened, then the error dropped.
 # * a disposition's state (3.4): rejected loses its error, modified its message-annotations.
 # * anything else (an ATTACH whose addresses alone are too long, an OPEN, a BEGIN): CLOSE with
@@ -35,9 +35,18 @@ cdef int fit_control(Connection c, Py_ssize_t start, int ftype, uint16_t channel
     cdef Py_ssize_t size = c.out.length - start
     cdef dict smaller
     if code == D_ATTACH and fields.get("unsettled"):
+        # as many entries as fit (those first in the map), then none
         smaller = dict(fields)
-        smaller["unsettled"] = None
         smaller["incomplete_unsettled"] = True
+        entries = list(fields["unsettled"].items())
+        cut = size - <Py_ssize_t>c.remote_max_frame_size + 16
+        while entries and cut > 0:
+            tag, state = entries.pop()
+            cut -= len(encode(tag)) + (1 if state is None else len(encode(state)))
+        smaller["unsettled"] = dict(entries) if entries else None
+        if _rewrite(c, start, ftype, channel, code, smaller):
+            return 0
+        smaller["unsettled"] = None
         if _rewrite(c, start, ftype, channel, code, smaller):
             return 0
     err = fields.get("error")

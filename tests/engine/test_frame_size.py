@@ -15,11 +15,12 @@ from typing import Any
 import proton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from router._fast.codec import Symbol, encode
+from router._fast.codec import Symbol, UInt, encode
 from router._fast.engine import Connection, Router, target_value
 
 from router.config import AddressConfig, ListenerConfig
 from tests.engine.pump import (
+    AMQP_HEADER,
     ATTACH,
     CLOSE,
     DISPOSITION,
@@ -28,8 +29,10 @@ from tests.engine.pump import (
     Peer,
     RawPeer,
     attach_frame,
+    begin_frame,
     make_core,
     message_bytes,
+    open_frame,
     parse_output,
     pump,
     receive,
@@ -316,3 +319,45 @@ def test_detach_and_close_errors_are_shortened_to_fit() -> None:
         condition, description = f.error() or ("", "")
         assert condition == "amqp:internal-error"
         assert 300 < len(description or "") < 512
+
+
+class _ResumesWithUnsettled:
+    """A control plane that answers every attach with a large unsettled map, as a durable
+    link's resumption does (2.6.13): 100 deliveries with 32-byte tags."""
+
+    def __init__(self) -> None:
+        self.unsettled = {bytes([i]) * 32: _accepted() for i in range(100)}
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+    def on_attach(self, conn: Any, link: Any, fields: dict[str, Any]) -> None:
+        link.attach(
+            {
+                "source": fields["source"],
+                "target": fields["target"],
+                "unsettled": self.unsettled,
+            }
+        )
+
+
+def test_attach_with_an_unsettled_map_too_large_is_sent_incomplete() -> None:
+    """2.7.3 incomplete-unsettled: the map is cut to what fits and the flag set, so the peer
+    knows the rest is still to come (2.6.13); the ATTACH itself fits."""
+    conn = Connection(Router("r"), _ResumesWithUnsettled(), sasl_mechanisms=())
+    conn.feed(AMQP_HEADER + open_frame(max_frame_size=UInt(512)) + begin_frame())
+    conn.feed(attach_frame("resuming", 0, sender=False, address="x"))
+    data = conn.take_output()
+    assert max(frame_sizes(data)) <= 512
+    (attach,) = [f for f in parse_output(data)[1] if f.code == ATTACH]
+    assert attach.fields["incomplete_unsettled"] is True
+    kept = attach.fields["unsettled"]
+    assert 0 < len(kept) < 100 and max(frame_sizes(data)) > 400  # as many as fit
+    assert all(kept[tag] == _accepted() for tag in kept)
+    assert attach.fields["source"]["address"] == "x"
+    # with room for it, the whole map goes
+    conn = Connection(Router("r"), _ResumesWithUnsettled(), sasl_mechanisms=())
+    conn.feed(AMQP_HEADER + open_frame(max_frame_size=UInt(65536)) + begin_frame())
+    conn.feed(attach_frame("resuming", 0, sender=False, address="x"))
+    (attach,) = [f for f in parse_output(conn.take_output())[1] if f.code == ATTACH]
+    assert len(attach.fields["unsettled"]) == 100 and not attach.fields["incomplete_unsettled"]
