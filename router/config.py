@@ -79,6 +79,21 @@ class ListenerConfig:
     channel_max: int = 32767
     idle_timeout: float = 16.0  # seconds; 0 disables
     max_message_size: int | None = None  # bytes, 0 = unlimited; None: the router's
+    # seconds from accept to the end of protocol header + SASL + OPEN; 0 disables
+    handshake_timeout: float = 10.0
+
+
+@dataclass
+class LoginConfig:
+    """SASL PLAIN checks (router/login_throttle.py): worker threads, how many may wait, and
+    the per-host backoff after failed logins."""
+
+    workers: int = 2  # threads hashing passwords (PBKDF2), off the event loop
+    max_pending: int = 64  # checks queued or running; beyond it: SASL sys-temp
+    backoff_after: int = 5  # failures from one host within backoff_window before delays
+    backoff_window: float = 60.0  # seconds
+    backoff_max: float = 8.0  # seconds; the delay doubles per failure up to this
+    max_hosts: int = 4096  # hosts remembered (least recently failed forgotten first)
 
 
 @dataclass
@@ -110,6 +125,7 @@ class RouterConfig:
     # who may do what (router/policy.py): a [policy] table, or a file holding one; None: none
     policy: PolicyConfig | None = None
     policy_file: str | None = None
+    login: LoginConfig = field(default_factory=LoginConfig)
     store: str = "memory"
     store_path: str | None = None
     store_sync: str = "batched"  # "always": fsync every group commit; "batched": ~1 s
@@ -229,6 +245,7 @@ _TOP_KEYS = (
     "users_file",
     "policy",
     "policy_file",
+    "login",
     "store",
     "store_path",
     "store_sync",
@@ -279,6 +296,25 @@ def _listener(key: str, table: Mapping[str, Any], base: str | None) -> ListenerC
         lc.idle_timeout = _want_number(k + "idle_timeout", table["idle_timeout"], 0.0)
     if "max_message_size" in table:
         lc.max_message_size = _want_int(k + "max_message_size", table["max_message_size"], 0)
+    if "handshake_timeout" in table:
+        lc.handshake_timeout = _want_number(
+            k + "handshake_timeout", table["handshake_timeout"], 0.0
+        )
+    return lc
+
+
+_LOGIN_KEYS = tuple(f.name for f in fields(LoginConfig))
+
+
+def _login(table: Mapping[str, Any]) -> LoginConfig:
+    _check_keys("login", table, _LOGIN_KEYS)
+    lc = LoginConfig()
+    for name in ("workers", "max_pending", "backoff_after", "max_hosts"):
+        if name in table:
+            setattr(lc, name, _want_int(f"login.{name}", table[name], 1, 1_000_000))
+    for name in ("backoff_window", "backoff_max"):
+        if name in table:
+            setattr(lc, name, _want_number(f"login.{name}", table[name], 0.0))
     return lc
 
 
@@ -342,6 +378,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.policy = parse_policy(_want_table("policy", doc["policy"]))
     if "policy_file" in doc:
         cfg.policy_file = _path("policy_file", doc["policy_file"], base)
+    if "login" in doc:
+        cfg.login = _login(_want_table("login", doc["login"]))
     if "store" in doc:
         cfg.store = _want_choice("store", doc["store"], STORES)
     if "store_path" in doc:

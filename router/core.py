@@ -5,6 +5,7 @@ never per message.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from router.journal import origin_id
 from router.limits import Limits
 from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
+from router.login_throttle import LoginThrottle
 from router.management import ManagementNode
 from router.policy import ConnInfo, Policy, Refusal
 
@@ -62,6 +64,8 @@ class Core:
             oslo_preset=config.oslo_preset,
         )
         self.users: UserDB | None = UserDB.load(config.users_file) if config.users_file else None
+        # PLAIN checks on worker threads, with a per-host backoff (router/login_throttle.py)
+        self.login_throttle = LoginThrottle(config.login)
         self.engine = Router(
             config.id,
             link_capacity=config.link_capacity,
@@ -176,6 +180,8 @@ class Core:
         )
         if limited:
             conn.limits = self.limits.engine
+        if connector is None:
+            conn.handshake_timeout = listener.handshake_timeout
         if listener.role == "inter-router" and self.mesh is not None:
             conn.open_properties = self.mesh.open_properties(connector.cost if connector else 1)
         self.connections.add(conn)
@@ -183,6 +189,28 @@ class Core:
 
     def dynamic_address(self) -> str:
         return f"{DYNAMIC_PREFIX}{self.config.id}/{secrets.token_hex(8)}"
+
+
+def _running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the socketless tests drive the engine without a loop
+        return False
+    return True
+
+
+def _peer_host(conn: Connection) -> str:
+    transport = conn.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+
+
+def _plain_result(conn: Connection, user: str, ok: bool) -> str | bool:
+    if ok:
+        log.info("[C%d] authenticated user %r", conn.conn_id, user)
+        return user
+    log.warning("[C%d] SASL PLAIN: wrong user or password for %r", conn.conn_id, user)
+    return False
 
 
 class ConnectionHandler:
@@ -210,11 +238,29 @@ class ConnectionHandler:
             except ValueError:
                 log.warning("[C%d] malformed SASL PLAIN response", conn.conn_id)
                 return False
-            if self.core.users.verify(user, password):
-                log.info("[C%d] authenticated user %r", conn.conn_id, user)
-                return user
-            log.warning("[C%d] SASL PLAIN: wrong user or password for %r", conn.conn_id, user)
+            if _running_loop():
+                return self._plain_off_loop(conn, self.core.users, user, password)
+            return _plain_result(conn, user, self.core.users.verify(user, password))
         return False
+
+    def _plain_off_loop(self, conn: Connection, users: UserDB, user: str, password: str) -> int:
+        # The hash runs on a worker thread (router/login_throttle.py); the engine holds the
+        # connection's later bytes until complete_sasl gives the outcome.
+        def done(ok: Any) -> None:
+            if ok is None:  # refused after its backoff wait: too many checks pending
+                log.warning(
+                    "[C%d] SASL PLAIN: too many logins being checked; sys-temp", conn.conn_id
+                )
+                conn.complete_sasl(4)
+            else:
+                conn.complete_sasl(_plain_result(conn, user, bool(ok)))
+
+        host = _peer_host(conn)
+        if self.core.login_throttle.check(host, lambda: users.verify(user, password), done):
+            conn.defer_sasl()
+            return 0
+        log.warning("[C%d] SASL PLAIN: too many logins being checked; sys-temp", conn.conn_id)
+        return 4  # 5.3.3.6 sys-temp: a temporary failure, the client may retry
 
     def on_open(self, conn: Connection, fields: dict[str, Any]) -> None:
         cid = fields["container_id"]

@@ -218,6 +218,7 @@ class Server:
             self.metrics.close()
         for conn in list(self.core.connections):
             conn.close()
+        self.core.login_throttle.close()
         self.core.engine.flush()
         # let the transports write the CLOSE frames before the loop ends
         await asyncio.sleep(0.05)

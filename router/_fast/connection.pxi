@@ -72,6 +72,11 @@ cdef class Connection:
     cdef object sasl_client                    # (mechanism, initial-response, hostname)
     cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
     cdef public Limits limits                  # limits.pxi; None: not limited (inter-router)
+    # deadlines.pxi: the handshake deadline, the partial-frame clock, a deferred SASL check
+    cdef readonly double created
+    cdef readonly double partial_since         # when the frame held in `inbuf` began; 0: none
+    cdef public double handshake_timeout       # seconds for header + SASL + OPEN; 0: none
+    cdef readonly bint sasl_pending            # a SASL check runs elsewhere (defer_sasl)
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -94,14 +99,13 @@ cdef class Connection:
         self.local_sessions = []
         router.next_conn_id += 1
         self.conn_id = router.next_conn_id
-        self.last_read = self.last_write = monotonic()
+        self.last_read = self.last_write = self.created = monotonic()
 
     # --- Python API ---------------------------------------------------------------------------
 
     def feed(self, data):
         """Consume bytes read from the socket."""
         cdef bytes b
-        cdef Py_ssize_t pos = 0
         if self.state == CS_CLOSED or self.closing:
             return
         b = data if type(data) is bytes else bytes(data)
@@ -115,6 +119,15 @@ cdef class Connection:
                 return
             b = bytes(self.inbuf)
             self.inbuf = None
+        self.consume(b)
+
+    cdef int consume(self, bytes b) except -1:
+        cdef Py_ssize_t pos = 0
+        if self.sasl_pending and PyBytes_GET_SIZE(b) > self.max_frame_size:
+            # bytes pipelined behind a sasl-init are held, not read, until the outcome
+            self.fail("amqp:connection:framing-error",
+                      f"more than {self.max_frame_size} bytes sent before the SASL outcome")
+            return 0
         try:
             pos = self.parse(b)
             if pos < len(b) and self.state != CS_CLOSED and not self.closing:
@@ -131,6 +144,29 @@ cdef class Connection:
             self.fail("amqp:internal-error", f"{type(e).__name__}: {e}")
         if self.router.jbuf is not None:
             self.router.jbuf.frame_ns = 0         # a frame that failed: no reading left behind
+        note_partial(self, pos)
+        return 0
+
+    def defer_sasl(self):
+        """Called by the handler's on_sasl: the outcome comes later, from complete_sasl.
+        Until then nothing after the sasl-init is read (5.3.2: the outcome ends the SASL
+        layer); the bytes are held, at most max-frame-size of them."""
+        self.sasl_pending = True
+
+    def complete_sasl(self, result):
+        """The outcome of a deferred SASL check: a user name or True (accepted), False
+        (5.3.3.6 code 1, auth) or an outcome code (4, sys-temp); then the held bytes are read."""
+        cdef bytes held
+        if not self.sasl_pending:
+            return
+        self.sasl_pending = False
+        if self.state != CS_SASL or self.closing:
+            return                            # closed meanwhile (deadline, peer gone)
+        self.sasl_outcome(result)
+        held = self.inbuf
+        self.inbuf = None
+        if held is not None and self.state != CS_CLOSED and not self.closing:
+            self.consume(held)
 
     def start(self, mechanism=None, initial_response=None, hostname=None):
         """Client side: send our protocol header (2.2); with a SASL mechanism, the SASL
@@ -197,6 +233,8 @@ cdef class Connection:
             now = monotonic()
         if self.state == CS_CLOSED:
             return
+        if check_deadlines(self, now):
+            return
         if self.idle_timeout_ms and now - self.last_read > self.idle_timeout_ms / 1000.0:
             self.fail("amqp:resource-limit-exceeded", "local-idle-timeout expired")
             return
@@ -241,9 +279,15 @@ cdef class Connection:
         return 0
 
     cdef int write_frame(self, int ftype, uint16_t channel, int code, dict fields) except -1:
+        cdef Py_ssize_t start
+        if self.state == CS_CLOSED:
+            return 0                          # nothing follows our CLOSE (2.4.3)
         if self.d_pending:
             self.flush_disp()
+        start = self.out.length
         write_control(self.out, ftype, channel, code, fields)
+        if self.out.length - start > self.remote_max_frame_size:
+            fit_control(self, start, ftype, channel, code, fields)   # frame_size.pxi
         self.touch()
         return 0
 
@@ -316,6 +360,8 @@ cdef class Connection:
         else:
             self.out.w_null()
         self.out.w_bool(self.d_settled)
+        # 2.7.1 max-frame-size: a state too large for the peer's frames is cut down
+        self.d_state = fit_state(self.d_state, <Py_ssize_t>self.remote_max_frame_size - 40)
         if self.d_state is not None:
             self.out.put_raw(<const uint8_t*>PyBytes_AS_STRING(self.d_state),
                              PyBytes_GET_SIZE(self.d_state))
@@ -333,8 +379,9 @@ cdef class Connection:
         (2.6.14). Returns 1 when fully written, 0 when the session window closed first."""
         cdef Session s = link.session
         cdef Delivery inb = out.inbound
-        cdef Py_ssize_t start, lst, chunk, room
+        cdef Py_ssize_t start, lst, chunk, room, tail
         cdef bint more, first, presettled
+        cdef bytes state
         cdef uint8_t tag[4]
         if self.d_pending:
             self.flush_disp()
@@ -368,17 +415,17 @@ cdef class Connection:
                         else:
                             j_put(self.router, out, link.durable_key, None, None,
                                   PyBytes_FromStringAndSize(<char*>data, n), True)
-        # room for the payload in one frame: header 8, performative at most 48
-        room = <Py_ssize_t>self.remote_max_frame_size - 56
+        # 2.7.1 max-frame-size: no frame may exceed it. A state that would leave no room for
+        # payload under it (a resend's terminal state, 2.6.13) is left out: it is optional.
+        state = out.send_state
+        if state is not None and \
+                PyBytes_GET_SIZE(state) > <Py_ssize_t>self.remote_max_frame_size - 128:
+            state = None
         while True:
             if s.remote_incoming_window <= 0:
                 link.block()
                 return 0
             first = out.offset == 0
-            chunk = n - out.offset
-            more = chunk > room
-            if more:
-                chunk = room
             start = begin_frame(self.out, FRAME_AMQP, s.channel)
             self.out.w_descriptor(D_TRANSFER)
             lst = self.out.begin_list()
@@ -407,19 +454,27 @@ cdef class Connection:
                 self.out.w_null()
                 self.out.w_null()
             self.out.w_bool(presettled)
-            self.out.w_bool(more)
-            if first and (out.resume or out.send_state is not None):
+            tail = self.out.length
+            self.out.w_bool(False)            # more: set below, once the room is known
+            if first and (out.resume or state is not None):
                 # 2.7.5 rcv-settle-mode (null), state, resume
                 self.out.w_null()
-                if out.send_state is not None:
-                    self.out.put_raw(<const uint8_t*>PyBytes_AS_STRING(out.send_state),
-                                     PyBytes_GET_SIZE(out.send_state))
+                if state is not None:
+                    self.out.put_raw(<const uint8_t*>PyBytes_AS_STRING(state),
+                                     PyBytes_GET_SIZE(state))
                 else:
                     self.out.w_null()
                 self.out.w_bool(out.resume)
-                self.out.end_list(lst, 9)
-            else:
-                self.out.end_list(lst, 6)
+            tail = self.out.length - tail     # bytes from `more` to the end of the list
+            self.out.end_list(lst, 9 if first and (out.resume or state is not None) else 6)
+            # 2.6.14 split: the room is what the peer's max-frame-size leaves after this
+            # performative as written (tag, state and list encoding all vary)
+            room = <Py_ssize_t>self.remote_max_frame_size - (self.out.length - start)
+            chunk = n - out.offset
+            more = chunk > room
+            if more:
+                chunk = room
+                self.out.data[self.out.length - tail] = 0x41   # 1.6.2 true
             self.out.put_raw(data + out.offset, chunk)
             end_frame(self.out, start)
             s.next_outgoing_id += 1
@@ -449,6 +504,8 @@ cdef class Connection:
         while pos < n:
             if self.state == CS_CLOSED or self.closing:
                 return n
+            if self.sasl_pending:
+                return pos                    # held until complete_sasl (deadlines.pxi)
             if self.state == CS_HEADER or self.state == CS_SASL_DONE:
                 if n - pos < 8:
                     # an incomplete header: check what we have so garbage fails at once
@@ -631,15 +688,23 @@ cdef class Connection:
                                           fields.get("hostname"))
             except Exception:
                 log.exception("[C%d] SASL handler failed", self.conn_id)
+                self.sasl_pending = False
                 ok = False
-        if ok:
+            if self.sasl_pending:
+                return 0                      # the handler answers later: complete_sasl
+        return self.sasl_outcome(ok)
+
+    cdef int sasl_outcome(self, object ok) except -1:
+        # 5.3.3.6 sasl-outcome: `ok` is a user name or True (code 0), False (1, auth) or an
+        # outcome code (e.g. 4, sys-temp: a transient failure, the client may retry)
+        if ok and type(ok) is not int:
             self.user = ok if isinstance(ok, str) else None
             self.sasl_done = True
             write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(0)})
             self.state = CS_SASL_DONE
         else:
-            # 5.3.3.6: code 1 = auth (authentication failed)
-            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(1)})
+            code = ok if type(ok) is int and 1 <= ok <= 4 else 1
+            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(code)})
             self.closing = True
             self.state = CS_CLOSED
         self.touch()
@@ -679,10 +744,11 @@ cdef class Connection:
         self.remote_open = f
         self.remote_container_id = str(f["container_id"])
         mfs = f.get("max_frame_size")
-        self.remote_max_frame_size = 0xffffffff if mfs is None else mfs
-        if self.remote_max_frame_size < MIN_MAX_FRAME_SIZE:
+        if mfs is not None and mfs < MIN_MAX_FRAME_SIZE:
+            # (refused before it is taken: the CLOSE still goes out in a 512-byte frame)
             raise ProtocolError("amqp:invalid-field",
                                 f"max-frame-size {mfs} is below {MIN_MAX_FRAME_SIZE}")
+        self.remote_max_frame_size = 0xffffffff if mfs is None else mfs
         if self.remote_max_frame_size > self.max_frame_size:
             # we never send larger frames than we accept ourselves either
             self.remote_max_frame_size = self.max_frame_size

@@ -1,0 +1,136 @@
+"""Login throttling against a real router (router/login_throttle.py, issue 13 point 4).
+
+* a burst of wrong passwords from 20 clients does not stall an established client's traffic:
+  PBKDF2 runs on worker threads, not the event loop;
+* more checks than `login.max_pending` get SASL sys-temp (5.3.3.6 code 4), not a queue;
+* a host with too many failures waits before each further check, doubling up to a cap, and
+  another host does not.
+Logins are raw SASL PLAIN exchanges (tests/interop/raw_amqp.py). Timing assertions are lower
+bounds of the backoff, or bounds far above any healthy value ("completes within 5 s")."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from proton import Message
+from proton.reactor import AtMostOnce
+
+from router.auth import hash_password
+from tests.interop.raw_amqp import plain_login
+
+USER, PASSWORD = "alice", "right password"
+AUTH, SYS_TEMP = 1, 4  # 5.3.3.6 sasl-code
+
+
+def _router(router: Any, tmp_path: Path, iterations: int, **login: Any) -> Any:
+    users = tmp_path / "users"
+    users.write_text(f"{USER}:{hash_password(PASSWORD, iterations=iterations)}\n")
+    return router(
+        config={"users_file": str(users), "login": login},
+        listeners=[
+            {"sasl_mechanisms": ["PLAIN"], "require_auth": True},
+            {},  # the well-behaved client's listener (anonymous)
+        ],
+    )
+
+
+def _round_trips(snd: Any, rcv: Any, n: int) -> list[float]:
+    """Seconds for each of `n` presettled send + receive round trips."""
+    out = []
+    for i in range(n):
+        start = time.monotonic()
+        snd.send(Message(body=i), timeout=10)
+        assert rcv.receive(timeout=10).body == i  # (arrives settled: nothing to accept)
+        out.append(time.monotonic() - start)
+    return out
+
+
+def test_wrong_password_burst_does_not_stall_traffic(
+    router: Any, blocking: Any, tmp_path: Path
+) -> None:
+    """20 clients send wrong passwords as fast as the router answers (default 200,000
+    PBKDF2 iterations, no backoff) while an established client does round trips."""
+    r = _router(router, tmp_path, 200_000, backoff_after=1_000_000, max_pending=64)
+    port = r.listeners[0].port
+    good = r.listeners[1].url
+    conn = blocking(good)  # one connection: receive() also does the sender's I/O
+    rcv = conn.create_receiver("good/q", credit=100)
+    snd = conn.create_sender("good/q", options=AtMostOnce())  # presettled
+    before = _round_trips(snd, rcv, 50)
+
+    stop = threading.Event()
+    codes: list[int] = []
+    lock = threading.Lock()
+
+    def attack() -> None:
+        while not stop.is_set():
+            code, _ = plain_login(port, USER, "wrong", timeout=20)
+            with lock:
+                codes.append(code)
+
+    with ThreadPoolExecutor(20) as pool:
+        for _ in range(20):
+            pool.submit(attack)
+        time.sleep(1.0)  # the burst is under way
+        during: list[float] = []
+        start = time.monotonic()
+        while time.monotonic() - start < 4.0:  # round trips for 4 s of the burst
+            during += _round_trips(snd, rcv, 20)
+        answered = len(codes)
+        stop.set()
+    print(
+        f"\nround trip before: median {statistics.median(before) * 1000:.1f} ms, "
+        f"max {max(before) * 1000:.1f} ms; during the burst: median "
+        f"{statistics.median(during) * 1000:.1f} ms, max {max(during) * 1000:.1f} ms "
+        f"({len(during)} round trips); {answered} wrong logins answered meanwhile "
+        f"({codes.count(SYS_TEMP)} sys-temp)"
+    )
+    assert answered >= 20, "the burst did not run"
+    assert set(codes) <= {AUTH, SYS_TEMP}, set(codes)
+    assert max(during) < 5.0, f"a round trip took {max(during):.1f} s during the burst"
+    # the right password still works once the burst is over
+    assert plain_login(port, USER, PASSWORD)[0] == 0
+
+
+def test_too_many_pending_checks_get_sys_temp(router: Any, tmp_path: Path) -> None:
+    """One worker, one pending check, a hash that takes a while: of 8 simultaneous logins
+    one is checked and the others are told sys-temp at once; a later login succeeds."""
+    r = _router(router, tmp_path, 2_000_000, workers=1, max_pending=1, backoff_after=1_000_000)
+    port = r.listeners[0].port
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: plain_login(port, USER, "wrong"), range(8)))
+    codes = sorted(code for code, _ in results)
+    print(f"\noutcomes of 8 simultaneous logins: {codes}")
+    assert AUTH in codes and SYS_TEMP in codes, codes
+    assert set(codes) <= {AUTH, SYS_TEMP}, codes
+    assert plain_login(port, USER, PASSWORD)[0] == 0
+
+
+def test_backoff_per_host(router: Any, tmp_path: Path) -> None:
+    """backoff_after 2: from the third failure on, each check from the host waits 0.25 s,
+    doubled per failure, up to backoff_max 2 s; 127.0.0.2 (another host to the router) is
+    not delayed meanwhile; a right password still gets in (after the wait)."""
+    r = _router(router, tmp_path, 1, backoff_after=2, backoff_max=2.0, backoff_window=60.0)
+    port = r.listeners[0].port
+    took = []
+    for _ in range(6):
+        code, t = plain_login(port, USER, "wrong")
+        assert code == AUTH
+        took.append(t)
+    print("\nseconds per wrong login: " + ", ".join(f"{t:.2f}" for t in took))
+    for t, least in zip(took[2:], (0.25, 0.5, 1.0, 2.0), strict=True):
+        assert t >= least * 0.95, (took, least)
+    try:
+        other = plain_login(port, USER, "wrong", source="127.0.0.2")
+    except OSError as exc:  # pragma: no cover - a loopback without 127.0.0.2
+        pytest.skip(f"cannot connect from 127.0.0.2: {exc}")
+    print(f"another host meanwhile: {other[1]:.2f} s")
+    assert other[0] == AUTH and other[1] < 2.0, other
+    code, t = plain_login(port, USER, PASSWORD)
+    assert code == 0 and t >= 2.0 * 0.95, (code, t)
