@@ -156,14 +156,15 @@ cdef class Connection:
     def complete_sasl(self, result):
         """The outcome of a deferred SASL check: a user name or True (accepted), False
         (5.3.3.6 code 1, auth) or an outcome code (4, sys-temp); then the held bytes are read."""
-        cdef bytes held
+        cdef bytes held = None
         if not self.sasl_pending:
             return
         self.sasl_pending = False
         if self.state != CS_SASL or self.closing:
             return                            # closed meanwhile (deadline, peer gone)
         self.sasl_outcome(result)
-        held = self.inbuf
+        if self.inbuf is not None:
+            held = bytes(self.inbuf)              # the partial-frame buffer is a bytearray
         self.inbuf = None
         if held is not None and self.state != CS_CLOSED and not self.closing:
             self.consume(held)
