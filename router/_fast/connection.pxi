@@ -69,6 +69,9 @@ cdef class Connection:
     cdef readonly bint client
     cdef object sasl_client                    # (mechanism, initial-response, hostname)
     cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
+    # backpressure.pxi: the transport's write buffer is above its high-water mark
+    cdef readonly bint write_paused
+    cdef readonly int64_t n_write_pauses
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -194,6 +197,16 @@ cdef class Connection:
             begin_frame(self.out, FRAME_AMQP, 0)
             self.out.patch_u32(self.out.length - 8, 8)
             self.touch()
+
+    def pause_writing(self):
+        """The transport's write buffer rose above its high-water mark (asyncio's
+        Protocol.pause_writing): no new deliveries go out, producers get no more credit
+        for it (backpressure.pxi)."""
+        conn_pause(self)
+
+    def resume_writing(self):
+        """The write buffer fell below its low-water mark: deliveries flow again."""
+        conn_resume(self)
 
     @property
     def session_count(self):

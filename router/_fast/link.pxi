@@ -236,7 +236,7 @@ cdef class Link:
             out.jsrc = src
         if len(self.pending) == 0 and self.credit > 0 and \
                 self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED and \
-                self.state == LINK_ATTACHED:
+                self.state == LINK_ATTACHED and not self.conn.write_paused:
             self.conn.write_transfer(self, out, <const uint8_t*>PyBytes_AS_STRING(payload),
                                      PyBytes_GET_SIZE(payload))
         else:
@@ -354,7 +354,8 @@ cdef class Link:
         out.presettled = inb.presettled
         out.message_format = inb.message_format
         if len(self.pending) == 0 and self.credit > 0 and \
-                self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED:
+                self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED and \
+                not self.conn.write_paused:
             if not self.conn.write_transfer(self, out, data, n):
                 # 2.5.6: the session window closed mid-message; keep the rest (write_transfer
                 # blocked the link) so send_pending resumes it at out.offset
@@ -378,8 +379,10 @@ cdef class Link:
         cdef bytes p
         while len(self.pending) and self.session.remote_incoming_window > 0:
             out = self.pending[0]
-            if out.offset == 0 and self.credit <= 0:
-                break        # 2.6.7: a new delivery needs credit; a started one may finish
+            if out.offset == 0 and (self.credit <= 0 or self.conn.write_paused):
+                # 2.6.7: a new delivery needs credit (and room in the connection's outbound
+                # buffer, backpressure.pxi); a started one may finish
+                break
             if out.offset == 0 and (out.settled or (
                     not out.own_payload and out.inbound is not None and
                     out.inbound.link is None and not out.inbound.presettled and
