@@ -71,6 +71,19 @@ def main() -> None:
 @click.option(
     "--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics."
 )
+@click.option(
+    "--write-buffer-high",
+    metavar="BYTES",
+    type=int,
+    help="Backpressure: a connection with more than this waiting to be written takes no new "
+    "deliveries and its producers get no credit (default 1048576).",
+)
+@click.option(
+    "--write-buffer-low",
+    metavar="BYTES",
+    type=int,
+    help="Backpressure: deliveries resume once it is down to this (default 262144).",
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
@@ -87,6 +100,8 @@ def start(
     log_format: str | None,
     users_file: str | None,
     metrics: str | None,
+    write_buffer_high: int | None,
+    write_buffer_low: int | None,
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -106,6 +121,8 @@ def start(
             log_format=log_format,
             users_file=users_file,
             metrics=metrics,
+            write_buffer_high=write_buffer_high,
+            write_buffer_low=write_buffer_low,
         )
     except ConfigError as exc:
         _fail(str(exc))
