@@ -276,9 +276,9 @@ class Producer(Handler):
 
 
 def wait_stalled(producer: Producer, quiet: float = 1.0, timeout: float = 60.0) -> None:
-    """Wait (bounded) until the producer has sent nothing for `quiet` seconds."""
+    """Wait (bounded) until the producer has sent something, then nothing for `quiet` s."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() - producer.last_sent < quiet:
+    while producer.sent == 0 or time.monotonic() - producer.last_sent < quiet:
         if time.monotonic() > deadline:
             raise AssertionError(f"the producer never stalled: {producer.progress()}")
         time.sleep(0.1)
