@@ -228,8 +228,11 @@ class Producer(Handler):
     presettled or not; stays connected until `finish()` (or until every message is accepted,
     unsettled). `sent` and `last_sent` tell when it stalled."""
 
-    def __init__(self, url: str, address: str, n: int, size: int, *, settled: bool) -> None:
+    def __init__(
+        self, url: str, address: str, n: int, size: int, *, settled: bool, anonymous: bool = False
+    ) -> None:
         super().__init__(prefetch=0, auto_settle=True)
+        self.anonymous = anonymous  # a null target: each message carries `to` (anonymous relay)
         self.url = url
         self.address = address
         self.n = n
@@ -244,7 +247,8 @@ class Producer(Handler):
     def on_start(self, event: Any) -> None:
         conn = self.connect(event.container, self.url)
         options = AtMostOnce() if self.settled else None
-        self.sender = event.container.create_sender(conn, self.address, options=options)
+        target = None if self.anonymous else self.address
+        self.sender = event.container.create_sender(conn, target, options=options)
         self._poll(event)
 
     def _poll(self, event: Any) -> None:
@@ -255,7 +259,8 @@ class Producer(Handler):
 
     def on_sendable(self, event: Any) -> None:
         while event.sender.credit > 0 and self.sent < self.n:
-            event.sender.send(Message(body=body(self.sent, self.size)))
+            to = self.address if self.anonymous else None
+            event.sender.send(Message(address=to, body=body(self.sent, self.size)))
             self.sent += 1
             self.last_sent = time.monotonic()
 

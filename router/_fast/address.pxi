@@ -126,6 +126,7 @@ cdef class Address:
         cdef Delivery inb
         while self.undelivered:
             inb = self.undelivered.popleft()
+            unheld(inb)
             release_inbound(inb)
         return 0
 
@@ -142,6 +143,7 @@ cdef class Address:
             if inb.transit and link.inter_router and not link.transit_ok:
                 self.undelivered.appendleft(inb)
                 break             # the gradient rule (pick): it waits for another consumer
+            unheld(inb)
             p = inb.payload
             if link.inter_router and self.router.jbuf is not None and not inb.transit and \
                     inb.jorigin is not None:
@@ -207,6 +209,7 @@ cdef class Address:
             if self.may_take(inb):
                 keep.append(inb)
             else:
+                unheld(inb)
                 release_inbound(inb)
         self.undelivered = keep
 
@@ -288,6 +291,7 @@ cdef class Address:
             if self.undelivered is None:
                 self.undelivered = deque()
             self.undelivered.append(inb)
+            held(inb)
             return 0
         self.n_out += 1
         if c.inter_router and self.router.jbuf is not None and not inb.transit and \

@@ -24,6 +24,14 @@
 #   started, control performatives) are still written: they are bounded by what the peer
 #   itself sends.
 #
+# The anonymous relay (a producer link with a null target; each message names its address)
+# has no address whose capacity could decide its credit. Its deliveries that wait in address
+# queues count against it (Link.waiting): it is topped up to link_capacity less those, once
+# credit and waiting together fall to half of it. So what one such link can make the router
+# hold is bounded by link_capacity too; the price is that when half its credit's worth is
+# stuck behind stalled consumers, its messages to other addresses wait as well (a link is one
+# ordered stream; the router has no queue to set them aside in).
+#
 # Between routers the same happens on inter-router connections: a per-address link toward a
 # slow neighbour stops adding capacity, so this router stops granting credit to whatever
 # feeds that address here (local producers, or the per-address link from the previous hop),
@@ -62,4 +70,36 @@ cdef int conn_resume(Connection c) except -1:
                 link.send_pending()
             if len(link.pending):
                 link.block()
+    return 0
+
+
+cdef inline void held(Delivery inb) noexcept:
+    """`inb` waits in an address's queue (Address.undelivered): count it on its producer."""
+    if inb.link is not None:
+        inb.link.waiting += 1
+
+
+cdef int unheld(Delivery inb) except -1:
+    """`inb` left the queue: an anonymous-relay producer may be due credit again."""
+    cdef Link link = inb.link
+    if link is None:
+        return 0
+    if link.waiting > 0:
+        link.waiting -= 1
+    if link.address is None and not link.endpoint and link.role == ROLE_RECEIVER and \
+            link.state == LINK_ATTACHED:
+        anonymous_topup(link)
+    return 0
+
+
+cdef int anonymous_topup(Link link) except -1:
+    """ANONYMOUS-RELAY credit (2.6.7: the router, as receiver, decides what it grants): back to
+    link_capacity less the link's deliveries still waiting in address queues, once credit
+    and waiting together are down to half of it."""
+    cdef int64_t cap = link.conn.router.link_capacity
+    if link.credit + link.waiting > cap // 2:
+        return 0
+    link.credit = cap - link.waiting
+    link.credit_changed()
+    link.conn.write_flow(link.session, link, False)
     return 0

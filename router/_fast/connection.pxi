@@ -1025,9 +1025,7 @@ cdef class Connection:
         elif link.state == LINK_ATTACHED:
             self.router.route_anonymous(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2 and link.state == LINK_ATTACHED:
-                link.credit = self.router.link_capacity
-                link.credit_changed()
-                self.write_flow(s, link, False)
+                anonymous_topup(link)         # backpressure.pxi
         return 0
 
     cdef int on_flow(self, Session s, Reader* r) except -1:

@@ -92,6 +92,7 @@ cdef class Link:
     cdef readonly Address address            # None: anonymous relay (per-message `to`)
     cdef readonly int64_t credit             # sender: consumer's credit; receiver: ours granted
     cdef int64_t revoked                     # receiver: revoked credit the peer may still use
+    cdef int64_t waiting                     # receiver: its deliveries in address queues
     cdef readonly uint32_t delivery_count
     cdef bint drain
     cdef Delivery current                    # receiver: the delivery whose frames are arriving

@@ -125,3 +125,28 @@ def test_resume_after_the_connection_closed_is_harmless(core) -> None:  # type: 
     consumer.conn.resume_writing()
     pump(producer)
     assert [d.remote_state for d in sent] == [sent[0].RELEASED] * 5
+
+
+def test_anonymous_relay_producer_is_held_to_its_credit(core) -> None:  # type: ignore[no-untyped-def]
+    """ANONYMOUS-RELAY: no address decides a null-target link's credit, so its deliveries
+    waiting in the router count against it: while they fill half of link_capacity it gets no
+    more, so it cannot make the router hold more than link_capacity of them."""
+    consumer = Peer(core)
+    rcv = consumer.receiver("bp.anon", credit=1_000_000)
+    producer = Peer(core)
+    snd = producer.sender(None)
+    pump(consumer, producer)
+    assert snd.credit == CAPACITY
+    consumer.conn.pause_writing()
+    total = 0
+    for _ in range(5):  # five times what its credit allows, if it were topped up
+        while snd.credit > 0:
+            send(snd, total, settled=True, address="bp.anon")
+            total += 1
+        pump(consumer, producer)
+    assert snd.credit == 0
+    assert total == core.engine.address("bp.anon").undelivered_count == CAPACITY
+    consumer.conn.resume_writing()
+    pump(consumer, producer)
+    assert bodies(rcv) == list(range(total))
+    assert snd.credit == CAPACITY  # nothing waits any more

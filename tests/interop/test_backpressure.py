@@ -25,13 +25,20 @@ RSS_BOUND_KIB = 64 * 1024  # the router may grow by at most this while the consu
 
 
 def stall_and_drain(
-    routers: list[Any], producer_url: str, consumer_port: int, address: str, *, settled: bool
+    routers: list[Any],
+    producer_url: str,
+    consumer_port: int,
+    address: str,
+    *,
+    settled: bool,
+    anonymous: bool = False,
 ) -> dict[str, tuple[int, int]]:
     """The stalled-consumer run: returns {router name: (VmRSS KiB before, after)}, measured
     before the producer starts and once it has stalled; then the consumer reads everything."""
     consumer = RawConsumer(consumer_port, address)
     before = {r.name: rss_kib(r.pid) for r in routers}
-    run = ThreadedRun(Producer(producer_url, address, N, SIZE, settled=settled), timeout=600)
+    producer = Producer(producer_url, address, N, SIZE, settled=settled, anonymous=anonymous)
+    run = ThreadedRun(producer, timeout=600)
     h: Producer = run.handler  # type: ignore[assignment]
     run.start()
     try:
@@ -103,6 +110,14 @@ def test_stalled_consumer_unsettled(router: Any) -> None:
     """The same with an unsettled producer: every message is accepted in the end."""
     r = router()
     stall_and_drain([r], r.url, r.port, "bp.unsettled", settled=False)
+
+
+@pytest.mark.timeout(400)
+def test_stalled_consumer_anonymous_relay(router: Any) -> None:
+    """The same through the anonymous relay (a null target, `to` in each message): the
+    producer's credit is not topped up while the address it sends to has no room."""
+    r = router()
+    stall_and_drain([r], r.url, r.port, "bp.anon", settled=True, anonymous=True)
 
 
 @pytest.mark.timeout(300)
