@@ -25,8 +25,10 @@
 #   itself sends.
 #
 # The anonymous relay (a producer link with a null target; each message names its address)
-# has no address whose capacity could decide its credit. Its deliveries that wait in address
-# queues count against it (Link.waiting): it is topped up to link_capacity less those, once
+# has no address whose capacity could decide its credit. Its deliveries that wait in the
+# router count against it (Link.waiting: in an address's undelivered queue, and each copy
+# queued on a consumer link, as multicast makes for a paused consumer): it is topped up to
+# link_capacity less those, once
 # credit and waiting together fall to half of it. So what one such link can make the router
 # hold is bounded by link_capacity too; the price is that when half its credit's worth is
 # stuck behind stalled consumers, its messages to other addresses wait as well (a link is one
@@ -74,7 +76,8 @@ cdef int conn_resume(Connection c) except -1:
 
 
 cdef inline void held(Delivery inb) noexcept:
-    """`inb` waits in an address's queue (Address.undelivered): count it on its producer."""
+    """`inb` (or a copy of it) waits in the router (Address.undelivered, or a copy queued
+    whole in a consumer's Link.pending): count it on its producer link."""
     if inb.link is not None:
         inb.link.waiting += 1
 

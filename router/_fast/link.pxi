@@ -318,6 +318,8 @@ cdef class Link:
                 d.link = None
                 if d.inbound is None:
                     continue
+                if d.offset == 0 and not d.own_payload:
+                    unheld(d.inbound)         # backpressure.pxi: it leaves this queue
                 if a is not None and a.distribution != DIST_MULTICAST and d.inbound.copies is None:
                     d.inbound.out = None
                     a.forward(d.inbound, NULL, 0)
@@ -368,6 +370,7 @@ cdef class Link:
                 inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
             self.pending.append(out)
             self.block()
+            held(inb)        # backpressure.pxi: a copy waiting in the router
         return out
 
     cdef inline void block(self) noexcept:
@@ -384,6 +387,8 @@ cdef class Link:
                 # 2.6.7: a new delivery needs credit (and room in the connection's outbound
                 # buffer, backpressure.pxi); a started one may finish
                 break
+            if out.offset == 0 and out.inbound is not None and not out.own_payload:
+                unheld(out.inbound)  # a copy deliver() queued leaves the queue (held)
             if out.offset == 0 and (out.settled or (
                     not out.own_payload and out.inbound is not None and
                     out.inbound.link is None and not out.inbound.presettled and

@@ -150,3 +150,27 @@ def test_anonymous_relay_producer_is_held_to_its_credit(core) -> None:  # type: 
     pump(consumer, producer)
     assert bodies(rcv) == list(range(total))
     assert snd.credit == CAPACITY  # nothing waits any more
+
+
+def test_anonymous_relay_to_a_stalled_multicast_consumer(core) -> None:  # type: ignore[no-untyped-def]
+    """The same when the copies wait on a paused multicast consumer's link: each copy queued
+    for it counts against the anonymous producer."""
+    slow, fast = Peer(core, container="slow"), Peer(core, container="fast")
+    rcv_slow = slow.receiver("mc.anon", credit=1000)
+    rcv_fast = fast.receiver("mc.anon", credit=1000)
+    producer = Peer(core)
+    snd = producer.sender(None)
+    pump(slow, fast, producer)
+    slow.conn.pause_writing()
+    total = 0
+    for _ in range(5):
+        while snd.credit > 0:
+            send(snd, total, settled=True, address="mc.anon")
+            total += 1
+        pump(slow, fast, producer)
+    assert snd.credit == 0 and total == CAPACITY
+    assert bodies(rcv_fast) == list(range(total))
+    slow.conn.resume_writing()
+    pump(slow, fast, producer)
+    assert bodies(rcv_slow) == list(range(total))
+    assert snd.credit == CAPACITY

@@ -27,6 +27,18 @@ def test_stalled_consumer_behind_another_router(router: Any) -> None:
     stall_and_drain([r["A"], r["B"]], r["A"].url, r["B"].port, "bp.hop", settled=True)
 
 
+def granted_to_producer(a: Any) -> int:
+    """All the credit router A has granted the producer's link: transfers it took plus
+    credit left (2.6.7: delivery-count + link-credit)."""
+    rows = [
+        row
+        for row in ok("links", "--url", a.url, "--json").json()
+        if row["direction"] == "in" and row["address"] == "bp.slowhop"
+    ]
+    assert len(rows) == 1, rows
+    return int(rows[0]["delivery_count"]) + int(rows[0]["credit"])
+
+
 @pytest.mark.timeout(300)
 def test_slow_next_hop_pauses_the_inter_router_connection(router: Any) -> None:
     """B is frozen (SIGSTOP: it reads nothing) while A streams 150 KB messages to a consumer
@@ -58,11 +70,21 @@ def test_slow_next_hop_pauses_the_inter_router_connection(router: Any) -> None:
             return bool(rows) and rows[0]["write_paused"] is True
 
         retry(paused, timeout=8, message=lambda: f"A's inter-router connection: {rows}")
-        sent = len(h.sent_times)
+        granted = granted_to_producer(a)
         time.sleep(1.0)
-        assert len(h.sent_times) == sent, "A granted credit while its next hop was paused"
+        assert granted_to_producer(a) == granted, "A granted credit while its next hop paused"
+        # what A holds meanwhile is what its producer already had credit for
+        held = [
+            row["undelivered"]
+            for row in ok("addresses", "--url", a.url, "--json").json()
+            if row["name"] == "bp.slowhop"
+        ]
+        assert held and held[0] <= 250, held  # A's link capacity (the default)
         after = rss_kib(a.pid)
-        print(f"\nA: VmRSS {before / 1024:.1f} -> {after / 1024:.1f} MiB while B is frozen")
+        print(
+            f"\nA: VmRSS {before / 1024:.1f} -> {after / 1024:.1f} MiB while B is frozen, "
+            f"holding {held[0]} of the producer's messages"
+        )
     finally:
         b.send_signal(signal.SIGCONT)
     run.join(200)
