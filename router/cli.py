@@ -79,6 +79,19 @@ def main() -> None:
     metavar="NAME=VALUE",
     help="A [limits] setting, e.g. max_connections=20000 (repeatable; 0 turns one off).",
 )
+@click.option(
+    "--write-buffer-high",
+    metavar="BYTES",
+    type=int,
+    help="Backpressure: a connection with more than this waiting to be written takes no new "
+    "deliveries and its producers get no credit (default 1048576).",
+)
+@click.option(
+    "--write-buffer-low",
+    metavar="BYTES",
+    type=int,
+    help="Backpressure: deliveries resume once it is down to this (default 262144).",
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
@@ -97,6 +110,8 @@ def start(
     policy_file: str | None,
     metrics: str | None,
     limit: tuple[str, ...],
+    write_buffer_high: int | None,
+    write_buffer_low: int | None,
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -118,6 +133,8 @@ def start(
             policy_file=policy_file,
             metrics=metrics,
             limit=limit,
+            write_buffer_high=write_buffer_high,
+            write_buffer_low=write_buffer_low,
         )
     except ConfigError as exc:
         _fail(str(exc))

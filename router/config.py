@@ -141,6 +141,10 @@ class RouterConfig:
     log_modules: dict[str, str] = field(default_factory=dict)
     max_message_size: int = 100 * 1024 * 1024  # bytes, 0 = unlimited
     link_capacity: int = 250  # max credit the router grants one producer link
+    # backpressure: above `high` bytes waiting in a connection's write buffer it takes no new
+    # deliveries and its producers no new credit, until the buffer is down to `low`
+    write_buffer_high: int = 1024 * 1024
+    write_buffer_low: int = 256 * 1024
     metrics: str | None = None  # HOST:PORT of the Prometheus endpoint (/metrics); None: off
     limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits] (router/limits.py)
     source: str | None = None  # config file path, for messages
@@ -252,6 +256,8 @@ _TOP_KEYS = (
     "store_map_size",
     "max_message_size",
     "link_capacity",
+    "write_buffer_high",
+    "write_buffer_low",
     "hello_interval",
     "hello_max_age",
     "guarantee_timeout",
@@ -392,6 +398,9 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.max_message_size = _want_int("max_message_size", doc["max_message_size"], 0)
     if "link_capacity" in doc:
         cfg.link_capacity = _want_int("link_capacity", doc["link_capacity"], 1, _UINT32_MAX)
+    for key in ("write_buffer_high", "write_buffer_low"):
+        if key in doc:
+            setattr(cfg, key, _want_int(key, doc[key], 0, _UINT32_MAX))
     if "journal" in doc:
         cfg.journal = _path("journal", doc["journal"], base)
     if "journal_sample" in doc:
@@ -636,6 +645,11 @@ def _cross_check(
             key = where[1] if where[1].startswith("--") else f"{where[1]}.port"
             raise fail((where[0], key), f"{lc.host}:{lc.port} is also used by {other}")
         seen[address] = where
+    if cfg.write_buffer_low > cfg.write_buffer_high:
+        raise fail(
+            origin("write_buffer_low"),
+            f"must not exceed write_buffer_high ({cfg.write_buffer_high})",
+        )
     if cfg.metrics is not None:
         metrics = parse_listen(cfg.metrics)
         if metrics.port != 0 and (metrics.host, metrics.port) in seen:
@@ -686,6 +700,8 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "log_format": lambda key, value: _want_choice(key, value, LOG_FORMATS),
     "default_distribution": lambda key, value: _want_choice(key, value, DISTRIBUTIONS),
     "metrics": lambda key, value: parse_metrics(_want_str(key, value), key),
+    "write_buffer_high": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
+    "write_buffer_low": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
 }
 
 
@@ -709,7 +725,7 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
     (HOST:PORT[,HOST:PORT...] or ConnectorConfigs; replaces the connectors, "" = none), ``address`` (PREFIX=DIST strings or
     AddressConfig; appended after the file's entries, so they win over them), and ``id``,
     ``store``, ``store_path``, ``users_file``, ``log_level``, ``log_format``,
-    ``default_distribution``, ``metrics`` (replace). None and empty values are ignored, so click options
+    ``default_distribution``, ``metrics``, ``write_buffer_high``, ``write_buffer_low`` (replace). None and empty values are ignored, so click options
     can be passed through unchanged. Raises ConfigError.
     """
     cfg = RouterConfig()

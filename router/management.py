@@ -877,6 +877,9 @@ class ManagementNode:
                     "bytes_in": conn.bytes_in,
                     "bytes_out": conn.bytes_out,
                     "frames_in": conn.frames_in,
+                    # backpressure: its write buffer is full now; times it filled
+                    "write_paused": bool(conn.write_paused),
+                    "write_pauses": conn.n_write_pauses,
                 }
             )
         return rows
@@ -1102,7 +1105,8 @@ ROUTER_ADDRESS_ATTRIBUTES = (
 )  # fmt: skip
 CONNECTION_ATTRIBUTES = (
     "identity", "name", "container", "host", "user", "tls", "role", "listener", "opened",
-    "closed", "sessions", "links", "bytes_in", "bytes_out", "frames_in",
+    "closed", "sessions", "links", "bytes_in", "bytes_out", "frames_in", "write_paused",
+    "write_pauses",
 )  # fmt: skip
 LINK_ATTRIBUTES = (
     "identity", "name", "connection", "container", "direction", "address", "durable",

@@ -158,6 +158,17 @@ class RouterCollector:
         yield GaugeMetricFamily(
             "qrouter_connections", "Open AMQP connections.", value=len(core.connections)
         )
+        yield GaugeMetricFamily(
+            "qrouter_connections_write_paused",
+            "Connections whose write buffer is above its high-water mark now (backpressure: "
+            "no new deliveries go out on them, their producers get no credit).",
+            value=sum(1 for conn in list(core.connections) if conn.write_paused),
+        )
+        yield CounterMetricFamily(
+            "qrouter_connection_write_pauses",
+            "Times a connection's write buffer rose above its high-water mark.",
+            value=engine.n_write_pauses,
+        )
         monitor = getattr(core, "monitor", None)
         if monitor is not None:
             yield CounterMetricFamily(

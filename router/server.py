@@ -38,6 +38,7 @@ class AmqpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
+        limit_writes(transport, self.core.config)
         peer = transport.get_extra_info("peername")
         log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
         self._schedule_tick()
@@ -68,6 +69,18 @@ class AmqpProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None
 
+    def pause_writing(self) -> None:
+        # the transport's write buffer passed its high-water mark: the engine sends no new
+        # deliveries on this connection and tops up no producer for it (backpressure.pxi)
+        if self.conn is not None:
+            self.conn.pause_writing()
+            log.debug("[C%d] output paused (write buffer full)", self.conn.conn_id)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            log.debug("[C%d] output resumed", self.conn.conn_id)
+            self.conn.resume_writing()
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
@@ -91,6 +104,7 @@ class ConnectorProtocol(AmqpProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener, self.connector)
         self.conn.transport = transport
+        limit_writes(transport, self.core.config)
         self.conn.start("ANONYMOUS")
         log.debug("[C%d] connected to %s", self.conn.conn_id, transport.get_extra_info("peername"))
         self._schedule_tick()
@@ -99,6 +113,16 @@ class ConnectorProtocol(AmqpProtocol):
         super().connection_lost(exc)
         if not self.closed.done():
             self.closed.set_result(None)
+
+
+def limit_writes(transport: asyncio.BaseTransport, config: RouterConfig) -> None:
+    """Backpressure (docs/configuration.md, write_buffer_high / write_buffer_low): asyncio
+    calls the protocol's pause_writing() when the transport's buffer rises above `high`, and
+    resume_writing() when it falls to `low`. (uvloop's transports do not derive from
+    asyncio.WriteTransport: ask for the method, not the class.)"""
+    limits = getattr(transport, "set_write_buffer_limits", None)
+    if limits is not None:
+        limits(high=config.write_buffer_high, low=config.write_buffer_low)
 
 
 class Server:

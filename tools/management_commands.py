@@ -383,6 +383,8 @@ CONNECTION_COLUMNS: list[Column] = [
     ("links", "links", _text),
     ("bytes in", "bytes_in", _text),
     ("bytes out", "bytes_out", _text),
+    ("paused", "write_paused", _text),
+    ("pauses", "write_pauses", _text),
 ]
 
 

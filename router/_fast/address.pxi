@@ -47,7 +47,11 @@ cdef class Address:
         if not self.consumers:
             return 0
         for c in self.consumers:
-            if c.inter_router and self.distribution == DIST_MULTICAST:
+            if c.conn.write_paused:
+                # backpressure.pxi: its connection's outbound buffer is full; nothing more
+                # for it until it drains (multicast: the whole address waits for it)
+                k = 0
+            elif c.inter_router and self.distribution == DIST_MULTICAST:
                 # mesh: a multicast copy for another router waits in a bounded queue on its
                 # link (2 x link capacity) instead of for that router's credit. Waiting for
                 # the credit would make it depend on itself around every loop of the mesh
@@ -125,6 +129,7 @@ cdef class Address:
         cdef Delivery inb
         while self.undelivered:
             inb = self.undelivered.popleft()
+            unheld(inb)
             release_inbound(inb)
         return 0
 
@@ -133,13 +138,15 @@ cdef class Address:
         cdef Delivery inb
         cdef bytes p
         link.send_pending()
-        while self.undelivered and link.credit - len(link.pending) > 0:
+        while self.undelivered and link.credit - len(link.pending) > 0 and \
+                not link.conn.write_paused:
             inb = self.undelivered.popleft()
             if inb.link is None and not inb.presettled and inb.durable_key is None:
                 continue          # its producer is gone: never delivered, nobody to tell
             if inb.transit and link.inter_router and not link.transit_ok:
                 self.undelivered.appendleft(inb)
                 break             # the gradient rule (pick): it waits for another consumer
+            unheld(inb)
             p = inb.payload
             if link.inter_router and self.router.jbuf is not None and not inb.transit and \
                     inb.jorigin is not None:
@@ -160,6 +167,8 @@ cdef class Address:
         plane"). closest: the cheapest consumer with credit, ties round robin (on one router
         every local consumer is equally close). balanced: the fewest deliveries outstanding
         (unsettled or waiting) plus cost, ties round robin; so a slow consumer gets fewer.
+        A consumer whose connection's outbound buffer is full (backpressure.pxi) is skipped:
+        another with room takes the delivery, else it waits in the address.
 
         The gradient rule (mesh): a transit delivery (it arrived on an inter-router link) may
         take a local consumer, or an inter-router link whose neighbour is strictly closer to a
@@ -173,8 +182,9 @@ cdef class Address:
             return None
         for i in range(n):
             c = self.consumers[(self.rr + i) % n]
-            if c.credit - len(c.pending) <= 0 or c.state != LINK_ATTACHED:
-                continue
+            if c.credit - len(c.pending) <= 0 or c.state != LINK_ATTACHED or \
+                    c.conn.write_paused:
+                continue      # no credit, or its connection is paused (backpressure.pxi)
             if transit and c.inter_router and not c.transit_ok:
                 continue
             if self.distribution == DIST_CLOSEST:
@@ -204,6 +214,7 @@ cdef class Address:
             if self.may_take(inb):
                 keep.append(inb)
             else:
+                unheld(inb)
                 release_inbound(inb)
         self.undelivered = keep
 
@@ -284,6 +295,7 @@ cdef class Address:
             if self.undelivered is None:
                 self.undelivered = deque()
             self.undelivered.append(inb)
+            held(inb)
             return 0
         self.n_out += 1
         if c.inter_router and self.router.jbuf is not None and not inb.transit and \

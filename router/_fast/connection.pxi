@@ -77,6 +77,9 @@ cdef class Connection:
     cdef readonly double partial_since         # when the frame held in `inbuf` began; 0: none
     cdef public double handshake_timeout       # seconds for header + SASL + OPEN; 0: none
     cdef readonly bint sasl_pending            # a SASL check runs elsewhere (defer_sasl)
+    # backpressure.pxi: the transport's write buffer is above its high-water mark
+    cdef readonly bint write_paused
+    cdef readonly int64_t n_write_pauses
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -244,6 +247,16 @@ cdef class Connection:
             begin_frame(self.out, FRAME_AMQP, 0)
             self.out.patch_u32(self.out.length - 8, 8)
             self.touch()
+
+    def pause_writing(self):
+        """The transport's write buffer rose above its high-water mark (asyncio's
+        Protocol.pause_writing): no new deliveries go out, producers get no more credit
+        for it (backpressure.pxi)."""
+        conn_pause(self)
+
+    def resume_writing(self):
+        """The write buffer fell below its low-water mark: deliveries flow again."""
+        conn_resume(self)
 
     @property
     def session_count(self):
@@ -1126,11 +1139,7 @@ cdef class Connection:
         elif link.state == LINK_ATTACHED:
             self.router.route_anonymous(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2 and link.state == LINK_ATTACHED:
-                want = limit_credit(link, self.router.link_capacity)
-                if want > link.credit:
-                    link.credit = want
-                    link.credit_changed()
-                    self.write_flow(s, link, False)
+                anonymous_topup(link)         # backpressure.pxi
         return 0
 
     cdef int on_flow(self, Session s, Reader* r) except -1:

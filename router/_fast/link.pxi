@@ -92,6 +92,7 @@ cdef class Link:
     cdef readonly Address address            # None: anonymous relay (per-message `to`)
     cdef readonly int64_t credit             # sender: consumer's credit; receiver: ours granted
     cdef int64_t revoked                     # receiver: revoked credit the peer may still use
+    cdef int64_t waiting                     # receiver: its deliveries in address queues
     cdef readonly uint32_t delivery_count
     cdef bint drain
     cdef Delivery current                    # receiver: the delivery whose frames are arriving
@@ -236,7 +237,7 @@ cdef class Link:
             out.jsrc = src
         if len(self.pending) == 0 and self.credit > 0 and \
                 self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED and \
-                self.state == LINK_ATTACHED:
+                self.state == LINK_ATTACHED and not self.conn.write_paused:
             self.conn.write_transfer(self, out, <const uint8_t*>PyBytes_AS_STRING(payload),
                                      PyBytes_GET_SIZE(payload))
         else:
@@ -317,6 +318,8 @@ cdef class Link:
                 d.link = None
                 if d.inbound is None:
                     continue
+                if d.offset == 0 and not d.own_payload:
+                    unheld(d.inbound)         # backpressure.pxi: it leaves this queue
                 if a is not None and a.distribution != DIST_MULTICAST and d.inbound.copies is None:
                     d.inbound.out = None
                     a.forward(d.inbound, NULL, 0)
@@ -354,7 +357,8 @@ cdef class Link:
         out.presettled = inb.presettled
         out.message_format = inb.message_format
         if len(self.pending) == 0 and self.credit > 0 and \
-                self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED:
+                self.session.remote_incoming_window > 0 and self.conn.state == CS_OPENED and \
+                not self.conn.write_paused:
             if not self.conn.write_transfer(self, out, data, n):
                 # 2.5.6: the session window closed mid-message; keep the rest (write_transfer
                 # blocked the link) so send_pending resumes it at out.offset
@@ -366,6 +370,7 @@ cdef class Link:
                 inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
             self.pending.append(out)
             self.block()
+            held(inb)        # backpressure.pxi: a copy waiting in the router
         return out
 
     cdef inline void block(self) noexcept:
@@ -378,8 +383,12 @@ cdef class Link:
         cdef bytes p
         while len(self.pending) and self.session.remote_incoming_window > 0:
             out = self.pending[0]
-            if out.offset == 0 and self.credit <= 0:
-                break        # 2.6.7: a new delivery needs credit; a started one may finish
+            if out.offset == 0 and (self.credit <= 0 or self.conn.write_paused):
+                # 2.6.7: a new delivery needs credit (and room in the connection's outbound
+                # buffer, backpressure.pxi); a started one may finish
+                break
+            if out.offset == 0 and out.inbound is not None and not out.own_payload:
+                unheld(out.inbound)  # a copy deliver() queued leaves the queue (held)
             if out.offset == 0 and (out.settled or (
                     not out.own_payload and out.inbound is not None and
                     out.inbound.link is None and not out.inbound.presettled and

@@ -26,6 +26,7 @@ cdef class Router:
     cdef int64_t next_conn_id
     cdef readonly int64_t n_anonymous_rejected
     cdef readonly int64_t n_decode_errors   # undecodable messages refused, connections closed
+    cdef readonly int64_t n_write_pauses    # backpressure.pxi: pauses of every connection
     # durability 2 (durable.pxi): the store changes since the last checkpoint, net (a record
     # made and dropped in between is in neither), applied to the records at the checkpoint
     cdef public dict journal          # store key -> value to put
