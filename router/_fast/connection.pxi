@@ -67,7 +67,8 @@ cdef class Connection:
     cdef bytes d_state
     # client side (the router's connectors, the client API)
     cdef readonly bint client
-    cdef object sasl_client                    # (mechanism, initial-response, hostname)
+    cdef object sasl_client                    # (mechanism, initial-response, hostname, step)
+    cdef bint sasl_pending                     # server: a sasl-challenge awaits its response
     cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
@@ -121,12 +122,17 @@ cdef class Connection:
         if self.router.jbuf is not None:
             self.router.jbuf.frame_ns = 0         # a frame that failed: no reading left behind
 
-    def start(self, mechanism=None, initial_response=None, hostname=None):
+    def start(self, mechanism=None, initial_response=None, hostname=None, step=None):
         """Client side: send our protocol header (2.2); with a SASL mechanism, the SASL
-        header first (5.3.2), and the AMQP header once the server accepted us."""
+        header first (5.3.2), and the AMQP header once the server accepted us.
+
+        `step(kind, data)`, for mechanisms with challenges (SCRAM): called with
+        ("challenge", bytes) it returns the sasl-response bytes (5.3.3.4); with ("outcome",
+        additional-data or None) after a successful outcome, whether the server proved itself
+        (False or an exception closes the connection)."""
         self.client = True
         if mechanism is not None:
-            self.sasl_client = (mechanism, initial_response, hostname)
+            self.sasl_client = (mechanism, initial_response, hostname, step)
             self.out.put_raw(<const uint8_t*>b"AMQP\x03\x01\x00\x00", 8)
         else:
             self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
@@ -591,8 +597,17 @@ cdef class Connection:
         fields = described_to_dict(Described(ULong(code), value))
         if self.client:
             return self.on_sasl_client(code, fields)
-        if code != D_SASL_INIT:
-            # no mechanism we offer uses challenges: a response is out of sequence
+        if code == D_SASL_RESPONSE and self.sasl_pending:
+            # 5.3.3.4: the answer to our challenge; the handler bounds the round trips
+            self.sasl_pending = False
+            try:
+                ok = self.handler.on_sasl_response(self, fields.get("response"))
+            except Exception:
+                log.exception("[C%d] SASL handler failed", self.conn_id)
+                ok = False
+            return self.sasl_answer(ok)
+        if code != D_SASL_INIT or self.sasl_pending:
+            # out of sequence: a response nobody asked for, a second init, a challenge
             write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(2)})
             self.closing = True
             self.touch()
@@ -606,10 +621,26 @@ cdef class Connection:
             except Exception:
                 log.exception("[C%d] SASL handler failed", self.conn_id)
                 ok = False
+        return self.sasl_answer(ok)
+
+    cdef int sasl_answer(self, object ok) except -1:
+        """The handler's verdict on a sasl-init or sasl-response: bytes = send them as a
+        sasl-challenge (5.3.3.3); (identity, additional-data) = success whose outcome carries
+        the data (5.3.3.6; SCRAM's server-final-message); a str = success as that user;
+        another true value = success, anonymous; false = failure."""
+        additional = None
+        if isinstance(ok, bytes):
+            write_control(self.out, FRAME_SASL, 0, D_SASL_CHALLENGE, {"challenge": ok})
+            self.sasl_pending = True
+            self.touch()
+            return 0
+        if isinstance(ok, tuple):
+            ok, additional = ok
         if ok:
             self.user = ok if isinstance(ok, str) else None
             self.sasl_done = True
-            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(0)})
+            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {
+                "code": UByte(0), "additional_data": additional})
             self.state = CS_SASL_DONE
         else:
             # 5.3.3.6: code 1 = auth (authentication failed)
@@ -620,7 +651,7 @@ cdef class Connection:
         return 0
 
     cdef int on_sasl_client(self, uint64_t code, dict fields) except -1:
-        mech, response, hostname = self.sasl_client
+        mech, response, hostname, step = self.sasl_client
         if code == D_SASL_MECHANISMS:
             offered = fields.get("sasl_server_mechanisms")
             offered = [offered] if isinstance(offered, str) else list(offered or ())
@@ -639,13 +670,41 @@ cdef class Connection:
                 self.state = CS_CLOSED
                 self.teardown()
                 return 0
+            if step is not None and not self.sasl_step("outcome", fields.get("additional_data")):
+                return 0
             self.sasl_done = True
             self.state = CS_SASL_DONE
             self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
             self.touch()
+        elif code == D_SASL_CHALLENGE and step is not None:
+            # 5.3.3.3 / 5.3.3.4: the mechanism computes the answer
+            answer = self.sasl_step("challenge", fields.get("challenge"))
+            if answer is None:
+                return 0
+            write_control(self.out, FRAME_SASL, 0, D_SASL_RESPONSE, {"response": bytes(answer)})
+            self.touch()
         else:
             raise ProtocolError("amqp:not-implemented", "SASL challenges are not supported")
         return 0
+
+    cdef object sasl_step(self, str kind, object data):
+        """The client mechanism's answer; None (the connection closed) when it refuses."""
+        mech = self.sasl_client[0]
+        try:
+            answer = self.sasl_client[3](kind, data)
+        except Exception as e:
+            answer = None
+            reason = str(e)
+        else:
+            reason = "the server did not prove it knows the credentials"
+        if answer is None or answer is False:
+            self.error = ("amqp:unauthorized-access", f"SASL {mech}: {reason}")
+            self.closing = True
+            self.state = CS_CLOSED
+            self.teardown()
+            self.touch()
+            return None
+        return answer
 
     cdef int on_open(self, dict f) except -1:
         if self.state != CS_OPEN_WAIT:
