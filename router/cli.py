@@ -71,6 +71,16 @@ def main() -> None:
 @click.option(
     "--metrics", metavar="HOST:PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics."
 )
+@click.option(
+    "--allow-insecure-mesh",
+    is_flag=True,
+    help="Let an inter-router listener off loopback run without mutual TLS (any host may join).",
+)
+@click.option(
+    "--allow-anonymous",
+    is_flag=True,
+    help="Offer SASL ANONYMOUS on client listeners that are not on loopback.",
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
@@ -87,6 +97,8 @@ def start(
     log_format: str | None,
     users_file: str | None,
     metrics: str | None,
+    allow_insecure_mesh: bool,
+    allow_anonymous: bool,
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -106,6 +118,8 @@ def start(
             log_format=log_format,
             users_file=users_file,
             metrics=metrics,
+            allow_insecure_mesh=allow_insecure_mesh,
+            allow_anonymous=allow_anonymous,
         )
     except ConfigError as exc:
         _fail(str(exc))

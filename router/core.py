@@ -127,16 +127,13 @@ class Core:
         self, listener: ListenerConfig, connector: ConnectorConfig | None = None
     ) -> Connection:
         """A connection accepted on `listener`, or (client mode) opened by `connector`."""
-        mechanisms = [
-            m for m in listener.sasl_mechanisms if m != "ANONYMOUS" or not listener.require_auth
-        ]
-        if self.users is None:
-            mechanisms = [m for m in mechanisms if m != "PLAIN"]
+        from router.sasl import anonymous_allowed, offered
+
         conn = Connection(
             self.engine,
             ConnectionHandler(self, listener, connector),
-            sasl_mechanisms=tuple(mechanisms),
-            require_sasl=listener.require_auth,
+            sasl_mechanisms=offered(listener, self.users is not None),
+            require_sasl=not anonymous_allowed(listener),
             max_frame_size=listener.max_frame_size,
             channel_max=listener.channel_max,
             idle_timeout=listener.idle_timeout,
@@ -161,13 +158,21 @@ class ConnectionHandler:
         self.listener = listener
         self.connector = connector  # set on the router's own inter-router connections
         self.inter_router = False  # the OPEN exchange admitted an inter-router peer
+        self.sasl: Any = None  # router.sasl.ServerMechanisms: SCRAM / EXTERNAL, when asked
 
     # 5.3.3.2 sasl-init
     def on_sasl(
         self, conn: Connection, mechanism: str, response: bytes | None, hostname: Any
     ) -> Any:
         if mechanism == "ANONYMOUS":
-            return not self.listener.require_auth
+            from router.sasl import anonymous_allowed
+
+            return anonymous_allowed(self.listener)
+        if mechanism in ("SCRAM-SHA-256", "EXTERNAL"):
+            from router.sasl import ServerMechanisms
+
+            self.sasl = ServerMechanisms(self.listener, self.core.users)
+            return self.sasl.start(conn, mechanism, response)
         if mechanism == "PLAIN" and self.core.users is not None:
             try:
                 _authzid, user, password = parse_plain(response or b"")
@@ -179,6 +184,10 @@ class ConnectionHandler:
                 return user
             log.warning("[C%d] SASL PLAIN: wrong user or password for %r", conn.conn_id, user)
         return False
+
+    # 5.3.3.4 sasl-response (to our challenge)
+    def on_sasl_response(self, conn: Connection, response: bytes | None) -> Any:
+        return self.sasl.respond(conn, response) if self.sasl is not None else False
 
     def on_open(self, conn: Connection, fields: dict[str, Any]) -> None:
         cid = fields["container_id"]
@@ -202,6 +211,13 @@ class ConnectionHandler:
                     if self.connector is None
                     else "the peer did not answer as an inter-router listener",
                 )
+                return
+            from router.sasl import mesh_refusal
+
+            refusal = mesh_refusal(self.core.config, conn, self.connector)
+            if refusal is not None:
+                log.error("[C%d] inter-router connection refused: %s", conn.conn_id, refusal)
+                conn.close("amqp:unauthorized-access", refusal)
                 return
             self.inter_router = True
             self.core.mesh.on_open(conn, fields, self.connector.cost if self.connector else None)

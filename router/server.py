@@ -78,25 +78,34 @@ class AmqpProtocol(asyncio.Protocol):
 
 
 class ConnectorProtocol(AmqpProtocol):
-    """An inter-router connection the router opens (client mode, SASL ANONYMOUS); `closed`
-    completes when it goes, for the connector to reconnect (router/inter_router.py)."""
+    """An inter-router connection the router opens (client mode, the connector's SASL
+    mechanism); `closed` completes when it goes, for the connector to reconnect
+    (router/inter_router.py)."""
 
-    __slots__ = ("connector", "closed")
+    __slots__ = ("connector", "closed", "sasl")
 
-    def __init__(self, core: Core, connector: ConnectorConfig) -> None:
+    def __init__(
+        self, core: Core, connector: ConnectorConfig, sasl: tuple[Any, ...] = ("ANONYMOUS",)
+    ) -> None:
         super().__init__(core, ListenerConfig(connector.host, connector.port, "inter-router"))
         self.connector = connector
+        self.sasl = sasl  # Connection.start's arguments (router.sasl.client_start)
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener, self.connector)
         self.conn.transport = transport
-        self.conn.start("ANONYMOUS")
+        self.conn.start(*self.sasl)
         log.debug("[C%d] connected to %s", self.conn.conn_id, transport.get_extra_info("peername"))
         self._schedule_tick()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        error = None
+        if self.conn is not None:
+            error = self.conn.error or self.conn.remote_error
         super().connection_lost(exc)
+        if error:
+            log.warning("connector %s:%d: %s", self.connector.host, self.connector.port, error)
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -203,8 +212,22 @@ class Server:
     async def _connect(self, cc: ConnectorConfig) -> asyncio.Future[None]:
         """Open one inter-router connection; the returned future completes when it closes."""
         loop = asyncio.get_running_loop()
+        from router.sasl import client_start
+
+        sasl = client_start(cc)  # reads the password: a missing file is retried like a refusal
+        ctx: ssl.SSLContext | None = None
+        if cc.tls:
+            from router.tls import client_context
+
+            ctx = client_context(
+                cc.tls_ca, cc.tls_cert, cc.tls_key, check_hostname=cc.tls_verify_hostname
+            )
         _transport, protocol = await loop.create_connection(
-            lambda: ConnectorProtocol(self.core, cc), cc.host, cc.port
+            lambda: ConnectorProtocol(self.core, cc, sasl),
+            cc.host,
+            cc.port,
+            ssl=ctx,
+            server_hostname=cc.host if ctx is not None else None,
         )
         return protocol.closed
 
