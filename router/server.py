@@ -100,14 +100,35 @@ class ConnectorProtocol(AmqpProtocol):
         self._schedule_tick()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        error = None
+        error: Any = exc  # e.g. the listener refused our certificate after the handshake
         if self.conn is not None:
-            error = self.conn.error or self.conn.remote_error
+            error = self.conn.error or self.conn.remote_error or exc
+            if error is None and self.conn.remote_open is None:
+                # e.g. TLS 1.3: the listener checks our certificate after our handshake ended
+                error = "closed by the listener before its OPEN (our certificate refused?)"
         super().connection_lost(exc)
         if error:
-            log.warning("connector %s:%d: %s", self.connector.host, self.connector.port, error)
+            _connector_error(self.connector, error)
         if not self.closed.done():
             self.closed.set_result(None)
+
+
+_last_errors: dict[tuple[str, int], str] = {}
+
+
+def _connector_error(cc: ConnectorConfig, error: Any) -> None:
+    """Why a connector's connection ended: a warning, then debug while the reason repeats (the
+    connector retries every two seconds)."""
+    if isinstance(error, tuple):
+        text = str(error[1])  # (condition, description): we closed
+    elif isinstance(error, dict):
+        text = f"closed by the listener: {error.get('condition')}: {error.get('description')}"
+    else:
+        text = str(error) or type(error).__name__
+    where = (cc.host, cc.port)
+    level = logging.DEBUG if _last_errors.get(where) == text else logging.WARNING
+    _last_errors[where] = text
+    log.log(level, "connector %s:%d: %s", cc.host, cc.port, text)
 
 
 class Server:

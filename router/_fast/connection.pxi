@@ -664,8 +664,9 @@ cdef class Connection:
             self.touch()
         elif code == D_SASL_OUTCOME:
             if fields.get("code") != 0:
+                code = fields.get("code")
                 self.error = ("amqp:unauthorized-access",
-                              f"SASL {mech} failed (outcome code {fields.get('code')})")
+                              f"SASL {mech} failed (outcome code {int(code or 0)})")
                 self.closing = True
                 self.state = CS_CLOSED
                 self.teardown()
