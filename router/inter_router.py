@@ -197,8 +197,10 @@ class Mesh:
                 # the id is bound to the connection that claimed it first
                 self.refused["second-connection"] += 1
                 log.error(
-                    "[C%d] router id %r is already connected on C%d: second claimant refused",
+                    "[C%d] refusing router %r: router id %r is already connected on C%d "
+                    "(a second claimant)",
                     conn.conn_id,
+                    peer_id,
                     peer_id,
                     other.link_id,
                 )
