@@ -213,12 +213,17 @@ def test_scram_password_from_the_environment(
 
 
 def test_a_second_connection_claiming_a_connected_router_id_is_refused(router: Any) -> None:
-    a = router("A", cls=MeshRouter)
+    from tests.management.tooling import scrape, value
+
+    metrics = free_port()
+    a = router("A", cls=MeshRouter, extra_args=["--metrics", f"127.0.0.1:{metrics}"])
     b = router("B", cls=MeshRouter, connect=[a.inter_port])
     wait_log(b, "neighbour 'A' up", timeout=15)
+    assert value(scrape(metrics), "qrouter_mesh_refused_total", reason="second-connection") == 0
     forged = router("forged", cls=MeshRouter, router_id="B", connect=[a.inter_port])
     wait_log(a, "router id 'B' is already connected on C", timeout=15)
     wait_log(forged, "already connected", timeout=15)
+    assert value(scrape(metrics), "qrouter_mesh_refused_total", reason="second-connection") >= 1
     # the real B still carries traffic
     t = run_container(Traffic(a.url, [b.url], "forged.q", 50), timeout=60)
     assert t.received[0] == list(range(50))
