@@ -98,3 +98,32 @@ def test_a_non_binary_response_is_a_decode_error(scram_core) -> None:  # type: i
     raw.feed(perf(SASL_RESPONSE, response="text, not binary"))
     assert raw.conn.closed
     assert raw.conn.error is not None and raw.conn.error[0] == "amqp:decode-error"
+
+
+def test_no_anonymous_on_a_listener_off_loopback(scram_core) -> None:  # type: ignore[no-untyped-def]
+    """Issue 14: a listener on 0.0.0.0 (e.g. one made through management with
+    require_auth=false) offers no ANONYMOUS unless allow_anonymous, and refuses a client that
+    skips SASL; on loopback both stay as they were."""
+    from tests.engine.pump import AMQP_HEADER
+
+    wide = ListenerConfig(host="0.0.0.0")
+    raw = RawPeer(scram_core, wide, handshake=False)
+    frames = raw.feed(SASL_HEADER)
+    assert list(frames[0].fields["sasl_server_mechanisms"]) == ["PLAIN"]
+    frames = raw.feed(perf(SASL_INIT, mechanism=_sym("ANONYMOUS"), initial_response=b""))
+    assert [(f.code, f.fields["code"]) for f in frames] == [(SASL_OUTCOME, 1)]
+    raw = RawPeer(scram_core, wide, handshake=False)
+    raw.feed(AMQP_HEADER)
+    assert raw.headers == [SASL_HEADER] and raw.conn.closed  # 5.3.2: SASL is required
+    # without a users file nothing is offered there: the connection is refused
+    nobody = RawPeer(make_core(), wide, handshake=False)
+    nobody.feed(SASL_HEADER)
+    assert nobody.conn.closed
+    allowed = RawPeer(
+        make_core(), ListenerConfig(host="0.0.0.0", allow_anonymous=True), handshake=False
+    )
+    frames = allowed.feed(SASL_HEADER)
+    assert list(frames[0].fields["sasl_server_mechanisms"]) == ["ANONYMOUS"]
+    loopback = RawPeer(make_core(), ListenerConfig(), handshake=False)
+    loopback.feed(AMQP_HEADER)
+    assert loopback.headers == [AMQP_HEADER] and not loopback.conn.closed
