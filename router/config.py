@@ -700,6 +700,14 @@ def _cross_check(
             raise fail(origin("metrics"), f"{cfg.metrics} is also used by {other}")
 
 
+def _usable_mechanisms(cfg: RouterConfig, lc: ListenerConfig) -> set[str]:
+    """The listener's mechanisms other than ANONYMOUS that can succeed."""
+    usable = {"PLAIN", "SCRAM-SHA-256"} if cfg.users_file is not None else set()
+    if lc.tls_ca is not None:
+        usable.add("EXTERNAL")
+    return usable & set(lc.sasl_mechanisms)
+
+
 def _check_exposure(
     cfg: RouterConfig,
     lc: ListenerConfig,
@@ -712,8 +720,16 @@ def _check_exposure(
         return
     key = where[1] if where[1].startswith("--") else f"{where[1]}.host"
     if lc.role == "inter-router":
-        if cfg.allow_insecure_mesh or (lc.tls_cert is not None and lc.require_client_cert):
+        if cfg.allow_insecure_mesh:
             return
+        if lc.tls_cert is not None and lc.require_client_cert:
+            if lc.allow_anonymous or _usable_mechanisms(cfg, lc):
+                return
+            raise fail(
+                (where[0], f"{where[1]}.sasl_mechanisms"),
+                "offers routers no mechanism off loopback: add EXTERNAL (the certificate), or "
+                "SCRAM-SHA-256 with users_file, or allow_anonymous = true",
+            )
         raise fail(
             (where[0], key),
             f"inter-router listener on {lc.host or '*'} (not loopback) without TLS and client "
@@ -722,10 +738,7 @@ def _check_exposure(
         )
     if lc.require_auth or lc.allow_anonymous:
         return
-    usable = {"PLAIN", "SCRAM-SHA-256"} if cfg.users_file is not None else set()
-    if lc.tls_ca is not None:
-        usable.add("EXTERNAL")
-    if not usable & set(lc.sasl_mechanisms):
+    if not _usable_mechanisms(cfg, lc):
         raise fail(
             (where[0], key),
             f"listener on {lc.host or '*'} (not loopback) has no way in: ANONYMOUS there needs "

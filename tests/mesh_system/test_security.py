@@ -77,28 +77,35 @@ def _secret(path: Path, text: str) -> str:
 
 
 def test_mutual_tls_external_mesh_joins_and_carries_traffic(router: Any, certs: MeshCerts) -> None:
-    ids = ["A", "B"]
-    a = _start(
-        router,
-        "A",
-        inter={
-            **_tls(certs, "A"),
-            "require_client_cert": True,
-            "sasl_mechanisms": ["EXTERNAL"],
-            "require_auth": True,
-            "external_user": "cn",
-        },
-        mesh_identities=ids,
-    )
+    """The hardened three-router set-up of docs/mesh.md ("Security"): every hop mutual TLS
+    with SASL EXTERNAL, user = the certificate's CN, only the listed identities admitted;
+    traffic crosses two TLS hops (A - B - C)."""
+    ids = ["A", "B", "C"]
+    inter = {
+        "require_client_cert": True,
+        "sasl_mechanisms": ["EXTERNAL"],
+        "require_auth": True,
+        "external_user": "cn",
+    }
+    a = _start(router, "A", inter={**_tls(certs, "A"), **inter}, mesh_identities=ids)
     b = _start(
         router,
         "B",
+        inter={**_tls(certs, "B"), **inter},
         connectors=[{"port": _inter_port(a), **_tls(certs, "B"), "sasl_mechanism": "EXTERNAL"}],
         mesh_identities=ids,
     )
-    t = run_container(Traffic(a.url, [b.url], "tls.q", 200), timeout=60)
+    c = _start(
+        router,
+        "C",
+        connectors=[{"port": _inter_port(b), **_tls(certs, "C"), "sasl_mechanism": "EXTERNAL"}],
+        mesh_identities=ids,
+    )
+    wait_log(c, "router 'A' reachable", timeout=15)
+    t = run_container(Traffic(a.url, [c.url], "tls.q", 200), timeout=60)
     assert t.received[0] == list(range(200))
     wait_log(a, "authenticated 'B' (EXTERNAL)")
+    wait_log(b, "authenticated 'C' (EXTERNAL)")
     assert "with TLS (inter-router)" in a.log_text()
 
 

@@ -48,9 +48,12 @@ def test_inter_router_listener_off_loopback_needs_client_certificates(
     tls = f'tls_cert = "{certs.cert}"\ntls_key = "{certs.key}"\n'
     path = write_config(f'[[listener]]\nhost = "0.0.0.0"\nrole = "inter-router"\n{tls}')
     assert "listener[0].host: inter-router listener on 0.0.0.0" in error_of(path)
+    mutual = f'{tls}tls_ca = "{certs.cert}"\nrequire_client_cert = true\n'
+    path = write_config(f'[[listener]]\nhost = "0.0.0.0"\nrole = "inter-router"\n{mutual}')
+    assert "listener[0].sasl_mechanisms: offers routers no mechanism" in error_of(path)
     path = write_config(
-        f'[[listener]]\nhost = "0.0.0.0"\nrole = "inter-router"\n{tls}'
-        f'tls_ca = "{certs.cert}"\nrequire_client_cert = true\n'
+        f'[[listener]]\nhost = "0.0.0.0"\nrole = "inter-router"\n{mutual}'
+        'sasl_mechanisms = ["EXTERNAL"]\nrequire_auth = true\n'
     )
     load_config(path)
     path = write_config(
