@@ -551,6 +551,14 @@ def listener_from_table(table: Mapping[str, Any], key: str = "listener") -> List
     directory. Raises ConfigError."""
     lc = _listener(key, table, None)
     _check_listener(key, lc)
+    if lc.role == "inter-router" and not is_loopback(lc.host):
+        if lc.tls_cert is None or not lc.require_client_cert:
+            # no allow_insecure_mesh here: a running router does not open its mesh to any host
+            raise ConfigError(
+                f"an inter-router listener on {lc.host or '*'} (not loopback) needs tls_cert, "
+                "tls_key, tls_ca and require_client_cert",
+                key=f"{key}.host",
+            )
     return lc
 
 

@@ -151,3 +151,22 @@ def test_connector_password_never_on_the_command_line() -> None:
     assert cfg.connectors[0].sasl_mechanism == "ANONYMOUS"
     with pytest.raises(ConfigError):
         load_config(inter_router_connect="127.0.0.1:5000?password=x")
+
+
+def test_management_cannot_open_an_insecure_mesh_listener_off_loopback(certs: Any) -> None:
+    from router.config import listener_from_table
+
+    with pytest.raises(ConfigError, match="listener.host: an inter-router listener on 0.0.0.0"):
+        listener_from_table({"host": "0.0.0.0", "port": 0, "role": "inter-router"})
+    listener_from_table({"host": "127.0.0.1", "port": 0, "role": "inter-router"})
+    listener_from_table(
+        {
+            "host": "0.0.0.0",
+            "port": 0,
+            "role": "inter-router",
+            "tls_cert": certs.cert,
+            "tls_key": certs.key,
+            "tls_ca": certs.cert,
+            "require_client_cert": True,
+        }
+    )
