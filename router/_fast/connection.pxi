@@ -663,10 +663,10 @@ cdef class Connection:
                 "hostname": hostname})
             self.touch()
         elif code == D_SASL_OUTCOME:
-            if fields.get("code") != 0:
-                code = fields.get("code")
+            outcome = fields.get("code")
+            if outcome != 0:
                 self.error = ("amqp:unauthorized-access",
-                              f"SASL {mech} failed (outcome code {int(code or 0)})")
+                              f"SASL {mech} failed (outcome code {int(outcome or 0)})")
                 self.closing = True
                 self.state = CS_CLOSED
                 self.teardown()
