@@ -1,7 +1,9 @@
 """SASL PLAIN credentials: password hashes, the PLAIN response, the users file.
 
 Users file: one ``user:hash`` per line, where hash is what `hash_password` returns
-(``pbkdf2-sha256$<iterations>$<b64 salt>$<b64 hash>``); blank lines and lines starting with
+(``pbkdf2-sha256$<iterations>$<b64 salt>$<b64 hash>``) or a SCRAM-SHA-256 record
+(``scram-sha-256$...``, router/scram.py, what ``qrouter-tool passwd`` writes; it serves PLAIN
+and SCRAM); blank lines and lines starting with
 ``#`` are ignored. ``qrouter-tool passwd`` writes it. Plaintext passwords are never kept, not
 even in a cache: each login costs one PBKDF2 run (~50 ms at the default 200,000 iterations),
 which is also what makes a stolen users file expensive to attack.
@@ -17,6 +19,7 @@ import hmac
 import os
 import tempfile
 
+from router import scram
 from router.config import ConfigError
 
 _SCHEME = "pbkdf2-sha256"
@@ -42,6 +45,9 @@ def hash_password(password: str, *, iterations: int = 200_000) -> str:
 
 def _parse_hash(stored: str) -> tuple[int, bytes, bytes]:
     """(iterations, salt, digest) of a stored hash; ValueError if it is not one."""
+    if stored.startswith(scram.SCHEME + "$"):  # digest: the StoredKey
+        keys = scram.parse_record(stored)
+        return keys.iterations, keys.salt, keys.stored_key
     parts = stored.split("$")
     if len(parts) != 4 or parts[0] != _SCHEME:
         raise ValueError(f"not a {_SCHEME} hash")
@@ -59,6 +65,8 @@ def _parse_hash(stored: str) -> tuple[int, bytes, bytes]:
 
 def check_password(password: str, stored: str) -> bool:
     """Whether `password` matches `stored` (constant-time compare); False if `stored` is bad."""
+    if isinstance(stored, str) and stored.startswith(scram.SCHEME + "$"):
+        return scram.check_plain(password, stored)
     try:
         iterations, salt, digest = _parse_hash(stored)
         candidate = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
@@ -177,7 +185,21 @@ class UserDB:
         """Add the user or change their password. ValueError on a bad name or empty password."""
         if not password:
             raise ValueError("empty password")
-        self.set_hash(user, hash_password(password, iterations=iterations))
+        self.set_hash(user, scram.make_record(password, iterations=iterations))
+
+    def scram_keys(self, user: str) -> scram.ScramKeys | None:
+        """The user's SCRAM-SHA-256 keys (derived for an old pbkdf2-sha256 line, whose hash is
+        SCRAM's SaltedPassword); None for an unknown user."""
+        stored = self._hashes.get(user)
+        if stored is None:
+            return None
+        try:
+            if stored.startswith(scram.SCHEME + "$"):
+                return scram.parse_record(stored)
+            iterations, salt, digest = _parse_hash(stored)
+            return scram.keys_from_salted(digest, salt, iterations)
+        except ValueError:
+            return None
 
     def set_hash(self, user: str, stored: str) -> None:
         """Add or update a user with an already-hashed password. ValueError if malformed."""

@@ -92,6 +92,16 @@ def main() -> None:
     type=int,
     help="Backpressure: deliveries resume once it is down to this (default 262144).",
 )
+@click.option(
+    "--allow-insecure-mesh",
+    is_flag=True,
+    help="Let an inter-router listener off loopback run without mutual TLS (any host may join).",
+)
+@click.option(
+    "--allow-anonymous",
+    is_flag=True,
+    help="Offer SASL ANONYMOUS on client listeners that are not on loopback.",
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
@@ -112,6 +122,8 @@ def start(
     limit: tuple[str, ...],
     write_buffer_high: int | None,
     write_buffer_low: int | None,
+    allow_insecure_mesh: bool,
+    allow_anonymous: bool,
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -135,6 +147,8 @@ def start(
             limit=limit,
             write_buffer_high=write_buffer_high,
             write_buffer_low=write_buffer_low,
+            allow_insecure_mesh=allow_insecure_mesh,
+            allow_anonymous=allow_anonymous,
         )
     except ConfigError as exc:
         _fail(str(exc))

@@ -11,6 +11,7 @@ current directory. Both are stored absolute.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
     from router.policy import PolicyConfig
 
 ROLES = ("normal", "inter-router")
-SASL_MECHANISMS = ("ANONYMOUS", "PLAIN")
+SASL_MECHANISMS = ("ANONYMOUS", "PLAIN", "SCRAM-SHA-256", "EXTERNAL")
+CONNECTOR_MECHANISMS = ("ANONYMOUS", "PLAIN", "SCRAM-SHA-256", "EXTERNAL")
+EXTERNAL_USER = ("subject", "cn")  # EXTERNAL's user name: RFC 4514 subject DN, or its CN
 STORES = ("memory", "lmdb", "leveldb")
 STORE_SYNC = ("batched", "always")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -75,6 +78,10 @@ class ListenerConfig:
     require_client_cert: bool = False
     sasl_mechanisms: tuple[str, ...] = ("ANONYMOUS", "PLAIN")
     require_auth: bool = False  # True: ANONYMOUS and no-SASL connections are refused
+    # ANONYMOUS (and no SASL) on a non-loopback host only when set (loopback: always allowed
+    # unless require_auth)
+    allow_anonymous: bool = False
+    external_user: str = "subject"  # EXTERNAL: the user is the client certificate's subject
     max_frame_size: int = 65536
     channel_max: int = 32767
     idle_timeout: float = 16.0  # seconds; 0 disables
@@ -103,6 +110,22 @@ class ConnectorConfig:
     host: str = "127.0.0.1"
     port: int = 55672
     cost: int = 1  # the link cost this router advertises for the connection (at least 1)
+    # TLS (router/tls.py client_context): the CA that signs the listener's certificate, and
+    # ours for mutual TLS
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    tls_verify_hostname: bool = True
+    # SASL: the mechanism, and for PLAIN / SCRAM-SHA-256 a user whose password is read from a
+    # file (first line) or an environment variable when connecting -- never from the command line
+    sasl_mechanism: str = "ANONYMOUS"
+    sasl_username: str | None = None
+    sasl_password_file: str | None = None
+    sasl_password_env: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca is not None or self.tls_cert is not None
 
 
 @dataclass
@@ -147,6 +170,10 @@ class RouterConfig:
     write_buffer_low: int = 256 * 1024
     metrics: str | None = None  # HOST:PORT of the Prometheus endpoint (/metrics); None: off
     limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits] (router/limits.py)
+    # mesh (docs/mesh.md, "Security"): the authenticated identities (EXTERNAL-mapped subjects,
+    # users-file users) admitted as routers; empty: any peer an inter-router listener admits
+    mesh_identities: tuple[str, ...] = ()
+    allow_insecure_mesh: bool = False  # an inter-router listener off loopback without TLS
     source: str | None = None  # config file path, for messages
 
 
@@ -241,7 +268,7 @@ def _readable_file(key: str, path: str) -> None:
 
 _LISTENER_KEYS = tuple(f.name for f in fields(ListenerConfig))
 _ADDRESS_KEYS = ("prefix", "pattern", "distribution", "guarantee")
-_CONNECTOR_KEYS = ("host", "port", "cost")
+_CONNECTOR_KEYS = tuple(f.name for f in fields(ConnectorConfig))
 _TOP_KEYS = (
     "id",
     "default_distribution",
@@ -265,6 +292,8 @@ _TOP_KEYS = (
     "journal_sample",
     "metrics",
     "limits",
+    "mesh_identities",
+    "allow_insecure_mesh",
     "log",
     "listener",
     "connector",
@@ -292,6 +321,10 @@ def _listener(key: str, table: Mapping[str, Any], base: str | None) -> ListenerC
         lc.sasl_mechanisms = _mechanisms(k + "sasl_mechanisms", table["sasl_mechanisms"])
     if "require_auth" in table:
         lc.require_auth = _want_bool(k + "require_auth", table["require_auth"])
+    if "allow_anonymous" in table:
+        lc.allow_anonymous = _want_bool(k + "allow_anonymous", table["allow_anonymous"])
+    if "external_user" in table:
+        lc.external_user = _want_choice(k + "external_user", table["external_user"], EXTERNAL_USER)
     if "max_frame_size" in table:
         lc.max_frame_size = _want_int(
             k + "max_frame_size", table["max_frame_size"], _MIN_MAX_FRAME_SIZE, _UINT32_MAX
@@ -324,7 +357,7 @@ def _login(table: Mapping[str, Any]) -> LoginConfig:
     return lc
 
 
-def _connector(key: str, table: Mapping[str, Any]) -> ConnectorConfig:
+def _connector(key: str, table: Mapping[str, Any], base: str | None = None) -> ConnectorConfig:
     _check_keys(key, table, _CONNECTOR_KEYS)
     cc = ConnectorConfig()
     if "host" in table:
@@ -335,7 +368,80 @@ def _connector(key: str, table: Mapping[str, Any]) -> ConnectorConfig:
         cc.port = _want_int(f"{key}.port", table["port"], 1, 65535)
     if "cost" in table:
         cc.cost = _want_int(f"{key}.cost", table["cost"], 1, _UINT32_MAX)
+    for name in ("tls_cert", "tls_key", "tls_ca", "sasl_password_file"):
+        if name in table:
+            setattr(cc, name, _path(f"{key}.{name}", table[name], base))
+    if "tls_verify_hostname" in table:
+        cc.tls_verify_hostname = _want_bool(
+            f"{key}.tls_verify_hostname", table["tls_verify_hostname"]
+        )
+    if "sasl_mechanism" in table:
+        cc.sasl_mechanism = _want_choice(
+            f"{key}.sasl_mechanism", str(table["sasl_mechanism"]).upper(), CONNECTOR_MECHANISMS
+        )
+    for name in ("sasl_username", "sasl_password_env"):
+        if name in table:
+            setattr(cc, name, _want_str(f"{key}.{name}", table[name]) or None)
+    _check_connector(key, cc)
     return cc
+
+
+def _check_connector(key: str, cc: ConnectorConfig) -> None:
+    if (cc.tls_cert is None) != (cc.tls_key is None):
+        missing = "tls_key" if cc.tls_key is None else "tls_cert"
+        raise ConfigError("missing (tls_cert and tls_key go together)", key=f"{key}.{missing}")
+    for name in ("tls_cert", "tls_key", "tls_ca", "sasl_password_file"):
+        path = getattr(cc, name)
+        if path is not None:
+            _readable_file(f"{key}.{name}", path)
+    if cc.tls:
+        from router.tls import client_context  # ssl only when TLS is configured
+
+        try:
+            client_context(cc.tls_ca, cc.tls_cert, cc.tls_key)
+        except ConfigError as exc:
+            raise ConfigError(exc.what, key=f"{key}.{exc.key or 'tls_cert'}") from None
+    mech = cc.sasl_mechanism
+    if mech == "EXTERNAL" and cc.tls_cert is None:
+        raise ConfigError("EXTERNAL needs tls_cert and tls_key", key=f"{key}.sasl_mechanism")
+    if mech in ("PLAIN", "SCRAM-SHA-256"):
+        if not cc.sasl_username:
+            raise ConfigError(f"{mech} needs sasl_username", key=f"{key}.sasl_mechanism")
+        if (cc.sasl_password_file is None) == (cc.sasl_password_env is None):
+            raise ConfigError(
+                f"{mech} needs exactly one of sasl_password_file and sasl_password_env",
+                key=f"{key}.sasl_mechanism",
+            )
+        if cc.sasl_password_env is not None and not os.environ.get(cc.sasl_password_env):
+            raise ConfigError(
+                f"environment variable {cc.sasl_password_env} is not set",
+                key=f"{key}.sasl_password_env",
+            )
+    if mech == "PLAIN" and not cc.tls:
+        raise ConfigError(
+            "PLAIN sends the password in the clear: use it with TLS (tls_ca)",
+            key=f"{key}.sasl_mechanism",
+        )
+
+
+def connector_password(cc: ConnectorConfig) -> str:
+    """The connector's SASL password, read now (a rotated file is picked up on reconnect)."""
+    if cc.sasl_password_env is not None:
+        return os.environ.get(cc.sasl_password_env, "")
+    if cc.sasl_password_file is not None:
+        with open(cc.sasl_password_file, encoding="utf-8") as handle:
+            return handle.readline().rstrip("\r\n")
+    return ""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listener host accepts only local connections (``localhost``, 127/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost, or "" / 0.0.0.0 style wildcards
 
 
 def _mechanisms(key: str, value: object) -> tuple[str, ...]:
@@ -424,6 +530,15 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         table = _want_table("limits", doc["limits"])
         _check_keys("limits", table, LIMIT_KEYS)
         cfg.limits = parse_limits(table, _want_int, _want_number, _want_choice)
+    if "mesh_identities" in doc:
+        value = doc["mesh_identities"]
+        if not isinstance(value, list):
+            raise ConfigError("expected an array of strings", key="mesh_identities")
+        cfg.mesh_identities = tuple(
+            _want_str(f"mesh_identities[{i}]", item) for i, item in enumerate(value)
+        )
+    if "allow_insecure_mesh" in doc:
+        cfg.allow_insecure_mesh = _want_bool("allow_insecure_mesh", doc["allow_insecure_mesh"])
     if "log" in doc:
         log = _want_table("log", doc["log"])
         _check_keys("log", log, _LOG_KEYS)
@@ -444,7 +559,7 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.listeners = [_listener(f"listener[{i}]", t, base) for i, t in enumerate(tables)]
     if "connector" in doc:
         tables = _want_tables("connector", doc["connector"])
-        cfg.connectors = [_connector(f"connector[{i}]", t) for i, t in enumerate(tables)]
+        cfg.connectors = [_connector(f"connector[{i}]", t, base) for i, t in enumerate(tables)]
     if "address" in doc:
         tables = _want_tables("address", doc["address"])
         cfg.addresses = [_address(f"address[{i}]", t) for i, t in enumerate(tables)]
@@ -511,6 +626,14 @@ def listener_from_table(table: Mapping[str, Any], key: str = "listener") -> List
     directory. Raises ConfigError."""
     lc = _listener(key, table, None)
     _check_listener(key, lc)
+    if lc.role == "inter-router" and not is_loopback(lc.host):
+        if lc.tls_cert is None or not lc.require_client_cert:
+            # no allow_insecure_mesh here: a running router does not open its mesh to any host
+            raise ConfigError(
+                f"an inter-router listener on {lc.host or '*'} (not loopback) needs tls_cert, "
+                "tls_key, tls_ca and require_client_cert",
+                key=f"{key}.host",
+            )
     return lc
 
 
@@ -568,8 +691,15 @@ def _check_listener(key: str, lc: ListenerConfig) -> None:
             server_context(lc.tls_cert, lc.tls_key, lc.tls_ca, lc.require_client_cert)
         except ConfigError as exc:
             raise ConfigError(exc.what, key=f"{key}.{exc.key or 'tls_cert'}") from None
-    if lc.require_auth and "PLAIN" not in lc.sasl_mechanisms:
-        raise ConfigError("needs PLAIN in sasl_mechanisms", key=f"{key}.require_auth")
+    if lc.require_auth and not {"PLAIN", "SCRAM-SHA-256", "EXTERNAL"} & set(lc.sasl_mechanisms):
+        raise ConfigError(
+            "needs PLAIN, SCRAM-SHA-256 or EXTERNAL in sasl_mechanisms", key=f"{key}.require_auth"
+        )
+    if "EXTERNAL" in lc.sasl_mechanisms and lc.tls_ca is None:
+        raise ConfigError(
+            "EXTERNAL needs TLS with tls_ca (the CA of the client certificates)",
+            key=f"{key}.sasl_mechanisms",
+        )
 
 
 def _check_address(key: str, ac: AddressConfig) -> None:
@@ -635,7 +765,12 @@ def _cross_check(
         cfg.policy = _load_policy_file(cfg.policy_file, origin("policy_file"))
     seen: dict[tuple[str, int], _Origin] = {}
     for lc, where in zip(cfg.listeners, listener_origins, strict=True):
-        if lc.require_auth and cfg.users_file is None:
+        _check_exposure(cfg, lc, where, fail)
+        if (
+            lc.require_auth
+            and cfg.users_file is None
+            and not ("EXTERNAL" in lc.sasl_mechanisms and lc.tls_ca is not None)
+        ):
             raise fail(
                 (where[0], f"{where[1]}.require_auth"), "needs users_file (nobody could log in)"
             )
@@ -672,6 +807,52 @@ def _load_policy_file(path: str, where: _Origin) -> PolicyConfig:
         raise exc.located(file=path) from None
 
 
+def _usable_mechanisms(cfg: RouterConfig, lc: ListenerConfig) -> set[str]:
+    """The listener's mechanisms other than ANONYMOUS that can succeed."""
+    usable = {"PLAIN", "SCRAM-SHA-256"} if cfg.users_file is not None else set()
+    if lc.tls_ca is not None:
+        usable.add("EXTERNAL")
+    return usable & set(lc.sasl_mechanisms)
+
+
+def _check_exposure(
+    cfg: RouterConfig,
+    lc: ListenerConfig,
+    where: _Origin,
+    fail: Callable[[_Origin, str], ConfigError],
+) -> None:
+    """A listener off loopback: an inter-router one needs mutual TLS (unless
+    allow_insecure_mesh); a normal one must let somebody in (ANONYMOUS only when allowed)."""
+    if is_loopback(lc.host):
+        return
+    key = where[1] if where[1].startswith("--") else f"{where[1]}.host"
+    if lc.role == "inter-router":
+        if cfg.allow_insecure_mesh:
+            return
+        if lc.tls_cert is not None and lc.require_client_cert:
+            if lc.allow_anonymous or _usable_mechanisms(cfg, lc):
+                return
+            raise fail(
+                (where[0], f"{where[1]}.sasl_mechanisms"),
+                "offers routers no mechanism off loopback: add EXTERNAL (the certificate), or "
+                "SCRAM-SHA-256 with users_file, or allow_anonymous = true",
+            )
+        raise fail(
+            (where[0], key),
+            f"inter-router listener on {lc.host or '*'} (not loopback) without TLS and client "
+            "certificates (tls_cert, tls_key, tls_ca, require_client_cert): any host could "
+            "join the mesh; add them, or --allow-insecure-mesh",
+        )
+    if lc.require_auth or lc.allow_anonymous:
+        return
+    if not _usable_mechanisms(cfg, lc):
+        raise fail(
+            (where[0], key),
+            f"listener on {lc.host or '*'} (not loopback) has no way in: ANONYMOUS there needs "
+            "allow_anonymous = true (or --allow-anonymous); or give users_file",
+        )
+
+
 # -- entry point ----------------------------------------------------------------------------
 
 
@@ -702,6 +883,7 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "metrics": lambda key, value: parse_metrics(_want_str(key, value), key),
     "write_buffer_high": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
     "write_buffer_low": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
+    "allow_insecure_mesh": _want_bool,
 }
 
 
@@ -749,6 +931,11 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
             name in ("listen", "address", "inter_router_listen", "limit") and not value
         ):
             continue
+        if name in ("allow_insecure_mesh", "allow_anonymous") and not value:
+            continue  # a CLI flag that was not given
+        if name == "allow_anonymous":
+            given.add(name)
+            continue  # applied to the listeners below, once they are all known
         given.add(name)
         if name == "inter_router_listen":
             lc = value if isinstance(value, ListenerConfig) else parse_inter_router_listen(value)
@@ -803,6 +990,11 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
             setattr(cfg, name, _SIMPLE_OVERRIDES[name](_option(name), value))
         else:
             raise TypeError(f"load_config: unknown override {name!r}")
+
+    if "allow_anonymous" in given:
+        for lc in cfg.listeners:
+            if lc.role == "normal":
+                lc.allow_anonymous = True
 
     def origin(name: str) -> _Origin:
         if name in given:

@@ -155,11 +155,8 @@ class Core:
         self, listener: ListenerConfig, connector: ConnectorConfig | None = None
     ) -> Connection:
         """A connection accepted on `listener`, or (client mode) opened by `connector`."""
-        mechanisms = [
-            m for m in listener.sasl_mechanisms if m != "ANONYMOUS" or not listener.require_auth
-        ]
-        if self.users is None:
-            mechanisms = [m for m in mechanisms if m != "PLAIN"]
+        from router.sasl import anonymous_allowed, offered
+
         limited = listener.role != "inter-router"  # routers of the mesh are not limited
         channel_max = listener.channel_max
         sessions = self.config.limits.max_sessions_per_connection
@@ -169,8 +166,8 @@ class Core:
         conn = Connection(
             self.engine,
             ConnectionHandler(self, listener, connector),
-            sasl_mechanisms=tuple(mechanisms),
-            require_sasl=listener.require_auth,
+            sasl_mechanisms=offered(listener, self.users is not None),
+            require_sasl=not anonymous_allowed(listener),
             max_frame_size=listener.max_frame_size,
             channel_max=channel_max,
             idle_timeout=listener.idle_timeout,
@@ -225,13 +222,21 @@ class ConnectionHandler:
         self.inter_router = False  # the OPEN exchange admitted an inter-router peer
         self.info: ConnInfo | None = None  # a client connection: what the policy knows of it
         self.dynamic: list[str] = []  # the dynamic source addresses this connection made
+        self.sasl: Any = None  # router.sasl.ServerMechanisms: SCRAM / EXTERNAL, when asked
 
     # 5.3.3.2 sasl-init
     def on_sasl(
         self, conn: Connection, mechanism: str, response: bytes | None, hostname: Any
     ) -> Any:
         if mechanism == "ANONYMOUS":
-            return not self.listener.require_auth
+            from router.sasl import anonymous_allowed
+
+            return anonymous_allowed(self.listener)
+        if mechanism in ("SCRAM-SHA-256", "EXTERNAL"):
+            from router.sasl import ServerMechanisms
+
+            self.sasl = ServerMechanisms(self.listener, self.core.users)
+            return self.sasl.start(conn, mechanism, response)
         if mechanism == "PLAIN" and self.core.users is not None:
             try:
                 _authzid, user, password = parse_plain(response or b"")
@@ -262,6 +267,10 @@ class ConnectionHandler:
         log.warning("[C%d] SASL PLAIN: too many logins being checked; sys-temp", conn.conn_id)
         return 4  # 5.3.3.6 sys-temp: a temporary failure, the client may retry
 
+    # 5.3.3.4 sasl-response (to our challenge)
+    def on_sasl_response(self, conn: Connection, response: bytes | None) -> Any:
+        return self.sasl.respond(conn, response) if self.sasl is not None else False
+
     def on_open(self, conn: Connection, fields: dict[str, Any]) -> None:
         cid = fields["container_id"]
         if not isinstance(cid, str) or not cid or len(cid) > MAX_NAME:
@@ -284,6 +293,13 @@ class ConnectionHandler:
                     if self.connector is None
                     else "the peer did not answer as an inter-router listener",
                 )
+                return
+            from router.sasl import mesh_refusal
+
+            refusal = mesh_refusal(self.core.config, conn, self.connector)
+            if refusal is not None:
+                log.error("[C%d] inter-router connection refused: %s", conn.conn_id, refusal)
+                conn.close("amqp:unauthorized-access", refusal)
                 return
             self.inter_router = True
             self.core.mesh.on_open(conn, fields, self.connector.cost if self.connector else None)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from router import __version__
 from router._fast.codec import Described, Symbol, UByte, UInt, ULong, decode, encode
 from router._fast.engine import DISTRIBUTION_CODES, Connection, Link, source_value, target_value
-from router.config import ConnectorConfig
+from router.config import ConfigError, ConnectorConfig
 from router.mesh import RoutingEngine
 
 if TYPE_CHECKING:
@@ -106,6 +106,9 @@ class Mesh:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        # control messages dropped because the router id they claim is not the peer's, or
+        # their origin is not behind the connection they came on (docs/mesh.md, "Security")
+        self.refused: dict[str, int] = {"second-connection": 0, "hello-id": 0, "eo-origin": 0}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -148,14 +151,21 @@ class Mesh:
         self, cc: ConnectorConfig, connect: Callable[[ConnectorConfig], Any]
     ) -> None:
         delay = BACKOFF[0]
+        last_error = ""
         where = f"{cc.host}:{cc.port}"
         while not self._stopping:
             assert self.loop is not None
             started = self.loop.time()
             try:
                 closed = await connect(cc)
-            except OSError as exc:
-                log.debug("connector %s: %s; retrying in %.1f s", where, exc, delay)
+            except (OSError, ValueError, ConfigError) as exc:
+                # TLS refusals (ssl.SSLError) are worth a warning, once per reason; a missing
+                # password file or an empty password (ValueError) too
+                level = logging.DEBUG if isinstance(exc, ConnectionError) else logging.WARNING
+                if str(exc) == last_error:
+                    level = logging.DEBUG
+                last_error = str(exc)
+                log.log(level, "connector %s: %s; retrying in %.1f s", where, exc, delay)
             else:
                 log.info("connector %s: connected", where)
                 await closed
@@ -183,6 +193,22 @@ class Mesh:
             )
             conn.close("amqp:unauthorized-access", f"duplicate router id {peer_id!r}")
             return
+        for other in self.peers.values():
+            if other.router_id == peer_id and not other.conn.closed:
+                # the id is bound to the connection that claimed it first
+                self.refused["second-connection"] += 1
+                log.error(
+                    "[C%d] refusing router %r: router id %r is already connected on C%d "
+                    "(a second claimant)",
+                    conn.conn_id,
+                    peer_id,
+                    peer_id,
+                    other.link_id,
+                )
+                conn.close(
+                    "amqp:unauthorized-access", f"router id {peer_id!r} is already connected"
+                )
+                return
         if cost is None:
             advertised = props.get(P_COST)
             cost = int(advertised) if isinstance(advertised, int) and advertised >= 1 else 1
@@ -299,10 +325,50 @@ class Mesh:
     def _dispatch(self, peer: Peer, message: Any) -> None:
         if isinstance(message, dict) and message.get("op") == EO_OP:
             # a guaranteed topic's envelopes (router/guarantee.py), to us or to pass on
-            self.core.guarantees.receive_batch(message.get("m"))
+            self.core.guarantees.receive_batch(self._from_behind(peer, message.get("m")))
             return
+        if isinstance(message, dict) and message.get("op") == "HELLO":
+            if message.get("id") != peer.router_id:
+                # the HELLO must name the router the OPEN named (and the mesh admitted)
+                self.refused["hello-id"] += 1
+                if self.refused["hello-id"] <= 10 or self.refused["hello-id"] % 1000 == 0:
+                    log.error(
+                        "[C%d] HELLO claims id %r on the connection of %r: dropped (%d so far)",
+                        peer.link_id,
+                        message.get("id"),
+                        peer.router_id,
+                        self.refused["hello-id"],
+                    )
+                return
         assert self.loop is not None
         self.engine.receive(peer.link_id, message, self.loop.time())
+
+    def _from_behind(self, peer: Peer, envelopes: Any) -> Any:
+        """The envelopes whose origin ("from") is behind `peer` (router.mesh.RoutingEngine
+        .behind); the others are dropped and counted."""
+        if not isinstance(envelopes, list):
+            return envelopes  # receive_batch logs it
+        kept = []
+        verdict: dict[Any, bool] = {}
+        for envelope in envelopes:
+            src = envelope.get("from") if isinstance(envelope, dict) else None
+            ok = verdict.get(src)
+            if ok is None:
+                ok = verdict[src] = isinstance(src, str) and self.engine.behind(peer.link_id, src)
+            if ok:
+                kept.append(envelope)
+                continue
+            self.refused["eo-origin"] += 1
+            if self.refused["eo-origin"] <= 10 or self.refused["eo-origin"] % 1000 == 0:
+                log.warning(
+                    "[C%d] guaranteed-topic envelope from %r is not from behind %r: dropped "
+                    "(%d so far)",
+                    peer.link_id,
+                    src,
+                    peer.router_id,
+                    self.refused["eo-origin"],
+                )
+        return kept
 
     def send_eo(self, link_id: int, envelopes: list[dict[str, Any]]) -> None:
         """Guaranteed topics' envelopes to the neighbour at the other end of `link_id`."""

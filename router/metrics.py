@@ -206,6 +206,18 @@ class RouterCollector:
             "Other routers of the mesh reachable from this one (0: standalone).",
             value=len(mesh.next_hops()) if mesh is not None else 0,
         )
+        data_plane = getattr(core, "mesh", None)
+        refused = CounterMetricFamily(
+            "qrouter_mesh_refused",
+            "Inter-router claims refused: a second connection for a connected router id, a "
+            "HELLO naming another id, a guaranteed-topic envelope or address update whose "
+            "origin is not behind its connection.",
+            labels=["reason"],
+        )
+        for reason, n in getattr(data_plane, "refused", {}).items():
+            refused.add_metric([reason], n)
+        refused.add_metric(["mau-origin"], getattr(mesh, "refused_origins", 0))
+        yield refused
         management = getattr(core, "management", None)
         if management is not None:
             yield CounterMetricFamily(

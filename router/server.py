@@ -91,26 +91,38 @@ class AmqpProtocol(asyncio.Protocol):
 
 
 class ConnectorProtocol(AmqpProtocol):
-    """An inter-router connection the router opens (client mode, SASL ANONYMOUS); `closed`
-    completes when it goes, for the connector to reconnect (router/inter_router.py)."""
+    """An inter-router connection the router opens (client mode, the connector's SASL
+    mechanism); `closed` completes when it goes, for the connector to reconnect
+    (router/inter_router.py)."""
 
-    __slots__ = ("connector", "closed")
+    __slots__ = ("connector", "closed", "sasl")
 
-    def __init__(self, core: Core, connector: ConnectorConfig) -> None:
+    def __init__(
+        self, core: Core, connector: ConnectorConfig, sasl: tuple[Any, ...] = ("ANONYMOUS",)
+    ) -> None:
         super().__init__(core, ListenerConfig(connector.host, connector.port, "inter-router"))
         self.connector = connector
+        self.sasl = sasl  # Connection.start's arguments (router.sasl.client_start)
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener, self.connector)
         self.conn.transport = transport
         limit_writes(transport, self.core.config)
-        self.conn.start("ANONYMOUS")
+        self.conn.start(*self.sasl)
         log.debug("[C%d] connected to %s", self.conn.conn_id, transport.get_extra_info("peername"))
         self._schedule_tick()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        error: Any = exc  # e.g. the listener refused our certificate after the handshake
+        if self.conn is not None:
+            error = self.conn.error or self.conn.remote_error or exc
+            if error is None and self.conn.remote_open is None:
+                # e.g. TLS 1.3: the listener checks our certificate after our handshake ended
+                error = "closed by the listener before its OPEN (our certificate refused?)"
         super().connection_lost(exc)
+        if error:
+            _connector_error(self.connector, error)
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -123,6 +135,24 @@ def limit_writes(transport: asyncio.BaseTransport, config: RouterConfig) -> None
     limits = getattr(transport, "set_write_buffer_limits", None)
     if limits is not None:
         limits(high=config.write_buffer_high, low=config.write_buffer_low)
+
+
+_last_errors: dict[tuple[str, int], str] = {}
+
+
+def _connector_error(cc: ConnectorConfig, error: Any) -> None:
+    """Why a connector's connection ended: a warning, then debug while the reason repeats (the
+    connector retries every two seconds)."""
+    if isinstance(error, tuple):
+        text = str(error[1])  # (condition, description): we closed
+    elif isinstance(error, dict):
+        text = f"closed by the listener: {error.get('condition')}: {error.get('description')}"
+    else:
+        text = str(error) or type(error).__name__
+    where = (cc.host, cc.port)
+    level = logging.DEBUG if _last_errors.get(where) == text else logging.WARNING
+    _last_errors[where] = text
+    log.log(level, "connector %s:%d: %s", cc.host, cc.port, text)
 
 
 class Server:
@@ -227,8 +257,22 @@ class Server:
     async def _connect(self, cc: ConnectorConfig) -> asyncio.Future[None]:
         """Open one inter-router connection; the returned future completes when it closes."""
         loop = asyncio.get_running_loop()
+        from router.sasl import client_start
+
+        sasl = client_start(cc)  # reads the password: a missing file is retried like a refusal
+        ctx: ssl.SSLContext | None = None
+        if cc.tls:
+            from router.tls import client_context
+
+            ctx = client_context(
+                cc.tls_ca, cc.tls_cert, cc.tls_key, check_hostname=cc.tls_verify_hostname
+            )
         _transport, protocol = await loop.create_connection(
-            lambda: ConnectorProtocol(self.core, cc), cc.host, cc.port
+            lambda: ConnectorProtocol(self.core, cc, sasl),
+            cc.host,
+            cc.port,
+            ssl=ctx,
+            server_hostname=cc.host if ctx is not None else None,
         )
         return protocol.closed
 

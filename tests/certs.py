@@ -147,6 +147,73 @@ def make_certs(folder: Path) -> Certs:
     return certs
 
 
+@dataclass
+class MeshCerts:
+    """A mesh CA and one certificate per router (CN = the router's name, usable as server and
+    as client, for 127.0.0.1), plus a router certificate from an unrelated CA."""
+
+    ca: Path
+    routers: dict[str, tuple[Path, Path]]  # name -> (cert, key)
+    rogue: tuple[Path, Path]  # CN=rogue, signed by another CA
+
+
+def _router_leaf(
+    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, cn: str
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.DNSName("127.0.0.1"),  # proton checks DNS names, not the IP entry
+                    x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def make_mesh_certs(folder: Path, names: list[str]) -> MeshCerts:
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = _ca("qrouter mesh CA")
+    _write_cert(ca_cert, folder / "mesh-ca.pem")
+    routers = {}
+    for name in names:
+        key, cert = _router_leaf(ca_key, ca_cert, name)
+        paths = (folder / f"{name}-cert.pem", folder / f"{name}-key.pem")
+        _write_cert(cert, paths[0])
+        _write_key(key, paths[1])
+        routers[name] = paths
+    other_key, other_cert = _ca("not the mesh CA")
+    key, cert = _router_leaf(other_key, other_cert, "rogue")
+    rogue = (folder / "rogue-cert.pem", folder / "rogue-key.pem")
+    _write_cert(cert, rogue[0])
+    _write_key(key, rogue[1])
+    return MeshCerts(folder / "mesh-ca.pem", routers, rogue)
+
+
 def client_domain(ca: Any, cert: Any = None, key: Any = None) -> Any:
     """A proton client SSLDomain trusting *ca*, checking the peer name."""
     from proton import SSLDomain

@@ -141,7 +141,7 @@ def _toml_value(value: Any) -> str:
         return f'"{s}"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):  # an inline table, e.g. login = {workers = 1}
+    if isinstance(value, Mapping):  # an inline table (e.g. connector = [{host = ...}])
         return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {value!r} as TOML")
 

@@ -69,7 +69,8 @@ cdef class Connection:
     cdef bytes d_state
     # client side (the router's connectors, the client API)
     cdef readonly bint client
-    cdef object sasl_client                    # (mechanism, initial-response, hostname)
+    cdef object sasl_client                    # (mechanism, initial-response, hostname, step)
+    cdef bint sasl_challenged                  # server: a sasl-challenge awaits its response
     cdef public dict open_properties           # mesh: our OPEN's properties; None: the router's
     cdef public Limits limits                  # limits.pxi; None: not limited (inter-router)
     # deadlines.pxi: the handshake deadline, the partial-frame clock, a deferred SASL check
@@ -165,19 +166,24 @@ cdef class Connection:
         self.sasl_pending = False
         if self.state != CS_SASL or self.closing:
             return                            # closed meanwhile (deadline, peer gone)
-        self.sasl_outcome(result)
+        self.sasl_answer(result)
         if self.inbuf is not None:
             held = bytes(self.inbuf)              # the partial-frame buffer is a bytearray
         self.inbuf = None
         if held is not None and self.state != CS_CLOSED and not self.closing:
             self.consume(held)
 
-    def start(self, mechanism=None, initial_response=None, hostname=None):
+    def start(self, mechanism=None, initial_response=None, hostname=None, step=None):
         """Client side: send our protocol header (2.2); with a SASL mechanism, the SASL
-        header first (5.3.2), and the AMQP header once the server accepted us."""
+        header first (5.3.2), and the AMQP header once the server accepted us.
+
+        `step(kind, data)`, for mechanisms with challenges (SCRAM): called with
+        ("challenge", bytes) it returns the sasl-response bytes (5.3.3.4); with ("outcome",
+        additional-data or None) after a successful outcome, whether the server proved itself
+        (False or an exception closes the connection)."""
         self.client = True
         if mechanism is not None:
-            self.sasl_client = (mechanism, initial_response, hostname)
+            self.sasl_client = (mechanism, initial_response, hostname, step)
             self.out.put_raw(<const uint8_t*>b"AMQP\x03\x01\x00\x00", 8)
         else:
             self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
@@ -688,8 +694,17 @@ cdef class Connection:
         fields = described_to_dict(Described(ULong(code), value))
         if self.client:
             return self.on_sasl_client(code, fields)
-        if code != D_SASL_INIT:
-            # no mechanism we offer uses challenges: a response is out of sequence
+        if code == D_SASL_RESPONSE and self.sasl_challenged:
+            # 5.3.3.4: the answer to our challenge; the handler bounds the round trips
+            self.sasl_challenged = False
+            try:
+                ok = self.handler.on_sasl_response(self, fields.get("response"))
+            except Exception:
+                log.exception("[C%d] SASL handler failed", self.conn_id)
+                ok = False
+            return self.sasl_answer(ok)
+        if code != D_SASL_INIT or self.sasl_challenged:
+            # out of sequence: a response nobody asked for, a second init, a challenge
             write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(2)})
             self.closing = True
             self.touch()
@@ -706,15 +721,27 @@ cdef class Connection:
                 ok = False
             if self.sasl_pending:
                 return 0                      # the handler answers later: complete_sasl
-        return self.sasl_outcome(ok)
+        return self.sasl_answer(ok)
 
-    cdef int sasl_outcome(self, object ok) except -1:
-        # 5.3.3.6 sasl-outcome: `ok` is a user name or True (code 0), False (1, auth) or an
-        # outcome code (e.g. 4, sys-temp: a transient failure, the client may retry)
+    cdef int sasl_answer(self, object ok) except -1:
+        """The handler's verdict on a sasl-init or sasl-response: bytes = send them as a
+        sasl-challenge (5.3.3.3); (identity, additional-data) = success whose outcome carries
+        the data (5.3.3.6; SCRAM's server-final-message); a str = success as that user;
+        another true value = success, anonymous; false = failure (code 1, auth); an int = that
+        outcome code (e.g. 4, sys-temp: a transient failure, the client may retry)."""
+        additional = None
+        if isinstance(ok, bytes):
+            write_control(self.out, FRAME_SASL, 0, D_SASL_CHALLENGE, {"challenge": ok})
+            self.sasl_challenged = True
+            self.touch()
+            return 0
+        if isinstance(ok, tuple):
+            ok, additional = ok
         if ok and type(ok) is not int:
             self.user = ok if isinstance(ok, str) else None
             self.sasl_done = True
-            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {"code": UByte(0)})
+            write_control(self.out, FRAME_SASL, 0, D_SASL_OUTCOME, {
+                "code": UByte(0), "additional_data": additional})
             self.state = CS_SASL_DONE
         else:
             code = ok if type(ok) is int and 1 <= ok <= 4 else 1
@@ -725,7 +752,7 @@ cdef class Connection:
         return 0
 
     cdef int on_sasl_client(self, uint64_t code, dict fields) except -1:
-        mech, response, hostname = self.sasl_client
+        mech, response, hostname, step = self.sasl_client
         if code == D_SASL_MECHANISMS:
             offered = fields.get("sasl_server_mechanisms")
             offered = [offered] if isinstance(offered, str) else list(offered or ())
@@ -737,20 +764,49 @@ cdef class Connection:
                 "hostname": hostname})
             self.touch()
         elif code == D_SASL_OUTCOME:
-            if fields.get("code") != 0:
+            outcome = fields.get("code")
+            if outcome != 0:
                 self.error = ("amqp:unauthorized-access",
-                              f"SASL {mech} failed (outcome code {fields.get('code')})")
+                              f"SASL {mech} failed (outcome code {int(outcome or 0)})")
                 self.closing = True
                 self.state = CS_CLOSED
                 self.teardown()
+                return 0
+            if step is not None and not self.sasl_step("outcome", fields.get("additional_data")):
                 return 0
             self.sasl_done = True
             self.state = CS_SASL_DONE
             self.out.put_raw(<const uint8_t*>b"AMQP\x00\x01\x00\x00", 8)
             self.touch()
+        elif code == D_SASL_CHALLENGE and step is not None:
+            # 5.3.3.3 / 5.3.3.4: the mechanism computes the answer
+            answer = self.sasl_step("challenge", fields.get("challenge"))
+            if answer is None:
+                return 0
+            write_control(self.out, FRAME_SASL, 0, D_SASL_RESPONSE, {"response": bytes(answer)})
+            self.touch()
         else:
             raise ProtocolError("amqp:not-implemented", "SASL challenges are not supported")
         return 0
+
+    cdef object sasl_step(self, str kind, object data):
+        """The client mechanism's answer; None (the connection closed) when it refuses."""
+        mech = self.sasl_client[0]
+        try:
+            answer = self.sasl_client[3](kind, data)
+        except Exception as e:
+            answer = None
+            reason = str(e)
+        else:
+            reason = "the server did not prove it knows the credentials"
+        if answer is None or answer is False:
+            self.error = ("amqp:unauthorized-access", f"SASL {mech}: {reason}")
+            self.closing = True
+            self.state = CS_CLOSED
+            self.teardown()
+            self.touch()
+            return None
+        return answer
 
     cdef int on_open(self, dict f) except -1:
         if self.state != CS_OPEN_WAIT:

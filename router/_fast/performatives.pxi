@@ -23,6 +23,7 @@ FIELDS = {
                "dynamic_node_properties", "capabilities"),
     D_SASL_MECHANISMS: ("sasl_server_mechanisms",),
     D_SASL_INIT: ("mechanism", "initial_response", "hostname"),
+    D_SASL_CHALLENGE: ("challenge",),
     D_SASL_RESPONSE: ("response",),
     D_SASL_OUTCOME: ("code", "additional_data"),
     D_FLOW: ("next_incoming_id", "incoming_window", "next_outgoing_id", "outgoing_window",
@@ -40,6 +41,8 @@ MANDATORY = {
     D_ATTACH: ("name", "handle", "role"),
     D_DETACH: ("handle",),
     D_SASL_INIT: ("mechanism",),
+    D_SASL_CHALLENGE: ("challenge",),
+    D_SASL_RESPONSE: ("response",),
     D_ERROR: ("condition",),
 }
 
@@ -62,7 +65,9 @@ FIELD_TYPES = {
     D_SOURCE: {"address": str, "durable": _UINT, "timeout": _UINT, "dynamic": bool},
     D_TARGET: {"address": str, "durable": _UINT, "timeout": _UINT, "dynamic": bool},
     D_SASL_INIT: {"mechanism": str, "initial_response": bytes, "hostname": str},
-    D_SASL_OUTCOME: {"code": _UBYTE},
+    D_SASL_CHALLENGE: {"challenge": bytes},
+    D_SASL_RESPONSE: {"response": bytes},
+    D_SASL_OUTCOME: {"code": _UBYTE, "additional_data": bytes},
 }
 
 

@@ -75,6 +75,8 @@ class RoutingEngine:
         self._next_ra: float | None = None
         self._now = 0.0
         self._duplicates: set[str] = set()
+        self._behind: dict[int, frozenset[str]] = {}  # link -> routers behind it (cache)
+        self.refused_origins = 0  # address updates whose origin is not behind their link
 
     # -- events from the data plane ----------------------------------------------------------
 
@@ -203,8 +205,35 @@ class RoutingEngine:
             if self._ls.accept(msg, now):
                 self._flood(msg, but=link_id)
                 self._dirty = True
+        elif not self.behind(link_id, msg.id):
+            # an address update that claims a router the link does not lead to
+            self.refused_origins += 1
+            if self.refused_origins <= 10 or self.refused_origins % 1000 == 0:
+                self._log(
+                    "warning",
+                    f"link {link_id}: {msg.OP} claims router {msg.id!r}, which is not behind "
+                    f"it: dropped ({self.refused_origins} so far)",
+                )
         else:
             self._on_mobile(link_id, msg, now)
+
+    def behind(self, link_id: int, origin: str) -> bool:
+        """Whether a message claiming `origin` may come in on `link_id`: `origin` is the
+        neighbour there, or a router the link-state database reaches from that neighbour
+        without passing through this router. (Not "the next hop to `origin` is that link":
+        with equal-cost paths the two ends may pick different ones.)"""
+        reach = self._behind.get(link_id)
+        if reach is None:
+            start = [rid for rid, adj in self._adjacent.items() if adj.link_id == link_id]
+            graph = self._ls.link_states()
+            seen = set(start)
+            while start:
+                for nxt in graph.get(start.pop(), {}):
+                    if nxt != self.router_id and nxt not in seen:
+                        seen.add(nxt)
+                        start.append(nxt)
+            reach = self._behind[link_id] = frozenset(seen)
+        return origin in reach
 
     def _on_advert(self, link_id: int, ra: RouterAdvert, now: float) -> None:
         record = self._ls.remote[ra.id]
@@ -336,6 +365,7 @@ class RoutingEngine:
         if not self._dirty:
             return
         self._dirty = False
+        self._behind.clear()
         routes = compute_routes(self.router_id, self._ls.link_states())
         table: dict[str, Route] = {}
         for router_id, neighbour in routes.next_hop.items():
