@@ -90,6 +90,8 @@ def described_to_dict(value, code=None):
     desc = value.descriptor
     if isinstance(desc, str):
         desc = _SYMBOLIC_CODES.get(desc, desc)
+    elif not isinstance(desc, int):
+        return value  # 1.5: a descriptor we know is a symbol or a ulong (a list is not hashable)
     names = FIELDS.get(desc)
     if names is None or not isinstance(value.value, list):
         return value
