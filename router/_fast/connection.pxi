@@ -748,6 +748,7 @@ cdef class Connection:
         name = f["name"]
         if not isinstance(name, str):
             raise ProtocolError("amqp:invalid-field", "link name is not a string")
+        name = str(name)  # a symbol (a str subclass) names the link by its text
         link = s.attaching.pop((name, bool(f["role"])), None)
         if link is not None:
             # 2.6.3: the answer to an ATTACH we sent (the peer's role is the opposite of ours:

@@ -79,6 +79,8 @@ cdef int check_types(int code, dict out) except -1:
                 raise DecodeError(f"{name} must be an unsigned integer up to {want[1]}")
         elif not isinstance(v, want):
             raise DecodeError(f"{name} has the wrong type ({type(v).__name__})")
+        elif want is str and type(v) is not str:
+            out[name] = str(v)  # a symbol where a string belongs: its text (typed str below)
     return 0
 
 
