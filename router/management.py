@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from router import __version__
 from router._fast.codec import UByte
-from router._fast.engine import source_value, target_value
+from router._fast.engine import error_value, source_value, target_value
 from router.addresses import AddressEntry
 from router.config import ConfigError, ListenerConfig, listener_from_table
 from router.log import tag
-from router.message import DecodeError, Message, decode_message, encode_message
+from router.message import DecodeError, Message, decode_leading, decode_message, encode_message
 
 if TYPE_CHECKING:
     from router.core import Core
@@ -138,6 +138,7 @@ class ManagementNode:
         self.created_entries: set[tuple[str, str]] = set()  # address entries made at run time
         self.started = time.time()
         self.requests = 0
+        self.bad_requests = 0  # requests that did not decode
         self._pending: set[asyncio.Task[None]] = set()
         self.types: dict[str, EntityType] = {
             t.name: t
@@ -245,15 +246,15 @@ class ManagementNode:
 
     def on_message(self, link: Any, delivery: Any, payload: bytes) -> None:
         """One request from a ``$management`` link: accept it, answer to its reply-to."""
-        delivery.update(0x24)  # 3.4.2 accepted (and settled)
         if link.credit <= REQUEST_CREDIT // 2:
             link.flow(REQUEST_CREDIT)
         self.requests += 1
         try:
             request = decode_message(payload)
         except DecodeError as exc:
-            log.warning("%s undecodable management request: %s", tag(link.conn.conn_id), exc)
+            self._undecodable(link, delivery, payload, exc)
             return
+        delivery.update(0x24)  # 3.4.2 accepted (and settled)
         reply_to = request.reply_to
         if not reply_to:
             log.warning("%s management request without reply-to: dropped", tag(link.conn.conn_id))
@@ -268,6 +269,21 @@ class ManagementNode:
         task = asyncio.get_running_loop().create_task(self._finish(reply_to, correlation, answer))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    def _undecodable(self, link: Any, delivery: Any, payload: bytes, exc: DecodeError) -> None:
+        """A request that does not decode (a bound of the codec, or plain garbage): answered
+        with status 400 when its properties still name a reply-to, else REJECTED with
+        amqp:decode-error (3.4.3). The link and its connection go on."""
+        self.bad_requests += 1
+        log.warning("%s undecodable management request: %s", tag(link.conn.conn_id), exc)
+        head = decode_leading(payload)
+        reply_to = head.reply_to if isinstance(head.reply_to, str) else None
+        if not reply_to:
+            delivery.update(0x25, error_value("amqp:decode-error", f"management request: {exc}"))
+            return
+        delivery.update(0x24)
+        correlation = head.message_id if head.message_id is not None else head.correlation_id
+        self._send(reply_to, correlation, Response(400, f"request does not decode: {exc}"))
 
     async def _finish(
         self, reply_to: str, correlation: Any, answer: Coroutine[Any, Any, Response]
@@ -449,6 +465,8 @@ class ManagementNode:
             "store_commit_seconds_total": getattr(store, "commit_seconds_total", None),
             "store_last_commit_seconds": getattr(store, "last_commit_seconds", None),
             "management_requests": self.requests,
+            "management_bad_requests": self.bad_requests,
+            "decode_errors": self.core.engine.n_decode_errors,
         }
 
     # -- listeners -----------------------------------------------------------------------------
@@ -912,7 +930,7 @@ ROUTER_ATTRIBUTES = (
     "deliveries_in", "deliveries_out", "accepted", "released", "rejected", "modified",
     "dropped", "credit_stalls", "stuck_deliveries", "store", "store_path", "store_durability",
     "store_commits", "store_commit_seconds_total", "store_last_commit_seconds",
-    "management_requests",
+    "management_requests", "management_bad_requests", "decode_errors",
 )  # fmt: skip
 LISTENER_ATTRIBUTES = (
     "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",

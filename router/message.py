@@ -25,11 +25,13 @@ from router._fast.codec import (
     UByte,
     UInt,
     ULong,
+    decode,
     decode_all,
     encode,
+    skip,
 )
 
-__all__ = ["Message", "decode_message", "encode_message", "DecodeError"]
+__all__ = ["Message", "decode_message", "decode_leading", "encode_message", "DecodeError"]
 
 # 3.2 section descriptors
 HEADER = 0x70
@@ -308,4 +310,31 @@ def decode_message(data: bytes | bytearray | memoryview) -> Message:
         m.body_type = "sequence"
         m.multiple = len(seqs) > 1
         m.body = seqs[0] if len(seqs) == 1 else seqs
+    return m
+
+
+def decode_leading(data: bytes | bytearray | memoryview) -> Message:
+    """The sections of a message that decode, up to the first that does not (which
+    `decode_message` refuses whole): a request whose body is malformed still names its
+    reply-to and message-id in the properties before it (3.2), so it can be answered."""
+    raw = bytes(data)
+    m = Message()
+    pos = 0
+    while pos < len(raw):
+        start = pos
+        try:
+            pos = skip(raw, start)  # bounded: sizes only, so a bad section is passed over
+        except DecodeError:
+            break
+        try:
+            section = decode(raw[start:pos])[0]
+            code = _code(section)
+            if code == HEADER:
+                _apply_header(m, _list(section.value, "header"))
+            elif code == PROPERTIES:
+                _apply_properties(m, _list(section.value, "properties"))
+        except (DecodeError, TypeError, ValueError, OverflowError):
+            continue
+        if code >= PROPERTIES:
+            break
     return m

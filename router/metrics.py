@@ -175,6 +175,12 @@ class RouterCollector:
             "Messages on anonymous-relay links refused (no route or unavailable address).",
             value=engine.n_anonymous_rejected,
         )
+        yield CounterMetricFamily(
+            "qrouter_decode_errors",
+            "Input that did not decode (amqp:decode-error): connections closed for a bad "
+            "frame, and messages refused because a section the router reads was malformed.",
+            value=engine.n_decode_errors,
+        )
         mesh = mesh_of(core)
         yield GaugeMetricFamily(
             "qrouter_mesh_routers",
@@ -187,6 +193,11 @@ class RouterCollector:
                 "qrouter_management_requests",
                 "Requests to the $management node.",
                 value=management.requests,
+            )
+            yield CounterMetricFamily(
+                "qrouter_management_bad_requests",
+                "Requests to the $management node that did not decode (status 400 or REJECTED).",
+                value=management.bad_requests,
             )
 
         # -- store -----------------------------------------------------------------------

@@ -140,8 +140,10 @@ cdef class Address:
             p = inb.payload
             if link.inter_router and self.router.jbuf is not None and not inb.transit and \
                     inb.jorigin is not None:
-                p = inb.payload = journal_annotate(inb, <const uint8_t*>PyBytes_AS_STRING(p),
-                                                   PyBytes_GET_SIZE(p), None)
+                if not annotate(self.router, inb, <const uint8_t*>PyBytes_AS_STRING(p),
+                                PyBytes_GET_SIZE(p), None, True):
+                    continue          # its sections do not decode: rejected
+                p = inb.payload
             inb.out = link.deliver(inb, <const uint8_t*>PyBytes_AS_STRING(p),
                                    PyBytes_GET_SIZE(p))
         self.grant()
@@ -241,10 +243,9 @@ cdef class Address:
             if inb.transit:
                 ingress = message_ingress(data, n)
             elif self.has_inter_router():
-                if self.router.jbuf is not None:
-                    inb.payload = journal_annotate(inb, data, n, self.router.container_id)
-                else:
-                    inb.payload = add_ingress(data, n, self.router.container_id)
+                if not annotate(self.router, inb, data, n, self.router.container_id,
+                                self.router.jbuf is not None):
+                    return 0          # its sections do not decode: rejected
                 data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
                 n = PyBytes_GET_SIZE(inb.payload)
             copies = []
@@ -285,7 +286,8 @@ cdef class Address:
         if c.inter_router and self.router.jbuf is not None and not inb.transit and \
                 inb.jorigin is not None:
             # journal on: the next router journals this delivery's origin (journal.pxi)
-            inb.payload = journal_annotate(inb, data, n, None)
+            if not annotate(self.router, inb, data, n, None, True):
+                return 0              # its sections do not decode: rejected
             data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
             n = PyBytes_GET_SIZE(inb.payload)
         inb.out = c.deliver(inb, data, n)

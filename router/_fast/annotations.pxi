@@ -35,6 +35,39 @@ cdef Py_ssize_t _sections(const uint8_t* data, Py_ssize_t n, Py_ssize_t* ma_end)
 cdef object _ORIGIN_KEY = Symbol("x-opt-qr-origin")
 
 
+cdef int reject_undecodable(Router router, Delivery inb, str what, object e) except -1:
+    """A section of `inb` that the router must read (3.2: the header, delivery- and
+    message-annotations it skips or rewrites, the properties' `to`) does not decode, or its
+    annotations do not encode again: the delivery is REJECTED with amqp:decode-error (3.4.2;
+    a presettled one is dropped) and counted. Only this message is refused: its link and
+    connection go on, as does everything else."""
+    router.n_decode_errors += 1
+    log.info("[C%d] message refused: its %s do not decode: %s",
+             inb.link.conn.conn_id if inb.link is not None else 0, what, e)
+    if inb.presettled:
+        return 0
+    apply_outcome(inb, D_REJECTED, encode_state(D_REJECTED, error_value(
+        "amqp:decode-error", f"the message's {what} do not decode: {e}")))
+    return 0
+
+
+cdef int annotate(Router router, Delivery inb, const uint8_t* data, Py_ssize_t n, str ingress,
+                  bint journal) except -1:
+    """inb.payload = `data` with add_ingress (journal off) or journal_annotate (journal on)
+    applied; 1, or 0 when the message's sections do not decode, after rejecting it
+    (reject_undecodable). The caller reads the bytes from inb.payload afterwards."""
+    try:
+        b = journal_annotate(inb, data, n, ingress) if journal else add_ingress(data, n, ingress)
+    except (ValueError, TypeError, OverflowError) as e:     # DecodeError is a ValueError
+        reject_undecodable(router, inb, "sections", e)
+        return 0
+    if b is not None:
+        inb.payload = b
+    elif inb.payload is None:
+        inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
+    return 1
+
+
 cdef bytes add_ingress(const uint8_t* data, Py_ssize_t n, str router_id):
     """The message with `x-opt-qr-ingress = router_id` in its message-annotations."""
     return add_annotations(data, n, {_INGRESS_KEY: router_id})

@@ -22,6 +22,10 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.string cimport memcpy, memmove
 
 
+# codec.pxd: the deepest nesting of described / list / map / array values a decode accepts
+MAX_DEPTH = MAX_NESTING
+
+
 class DecodeError(ValueError):
     """Bytes that are not a valid AMQP 1.0 encoding (maps to amqp:decode-error)."""
 
@@ -711,12 +715,28 @@ cdef int _skip_body(Reader* r, int code) except -1:
     return 0
 
 
-cdef int r_skip(Reader* r) except -1:
+cdef inline int _nest(Reader* r, int depth) except -1:
+    # Nesting bound (see MAX_NESTING in codec.pxd): one more level of described / list / map /
+    # array would pass it. Raised before the level is entered, so the C stack and the Python
+    # objects of a decode grow by at most MAX_NESTING frames whatever the peer sends.
+    if depth >= MAX_NESTING:
+        raise DecodeError(f"nesting deeper than {MAX_NESTING} levels at offset {r.pos}")
+    return 0
+
+
+cdef int _skip(Reader* r, int depth) except -1:
+    # 1.5: a described value is a descriptor then a value, each of which may be described
+    # again; lists, maps and arrays are skipped by their size, never walked
     cdef int code = r_u8(r)
     if code == FC_DESCRIBED:
-        r_skip(r)
-        return r_skip(r)
+        _nest(r, depth)
+        _skip(r, depth + 1)
+        return _skip(r, depth + 1)
     return _skip_body(r, code)
+
+
+cdef int r_skip(Reader* r) except -1:
+    return _skip(r, 0)
 
 
 cdef int r_ulong(Reader* r, uint64_t* out) except -1:
@@ -782,7 +802,7 @@ _SYMBOLIC = {
 }
 
 
-cdef object _r_body(Reader* r, int code):
+cdef object _r_body(Reader* r, int code, int depth):
     cdef uint32_t size
     cdef uint64_t u64
     cdef uint32_t u32
@@ -866,9 +886,9 @@ cdef object _r_body(Reader* r, int code):
     elif code == FC_VBIN32 or code == FC_STR32 or code == FC_SYM32:
         size = r_be32(r)
     elif code == FC_LIST8 or code == FC_LIST32 or code == FC_MAP8 or code == FC_MAP32:
-        return _r_compound(r, code)
+        return _r_compound(r, code, depth)
     elif code == FC_ARRAY8 or code == FC_ARRAY32:
-        return _r_array(r, code)
+        return _r_array(r, code, depth)
     else:
         raise DecodeError(f"invalid format code 0x{code:02x} at offset {r.pos - 1}")
     r_need(r, size)
@@ -884,9 +904,10 @@ cdef object _r_body(Reader* r, int code):
         raise DecodeError(f"invalid text: {e}") from None
 
 
-cdef object _r_compound(Reader* r, int code):
+cdef object _r_compound(Reader* r, int code, int depth):
     cdef uint32_t size, count
     cdef Py_ssize_t end, saved_n
+    _nest(r, depth)
     if code == FC_LIST8 or code == FC_MAP8:
         size = r_u8(r)
         r_need(r, size)
@@ -908,15 +929,15 @@ cdef object _r_compound(Reader* r, int code):
     r.n = end
     try:
         if code == FC_LIST8 or code == FC_LIST32:
-            out = [r_value(r) for _ in range(count)]
+            out = [_r_value(r, depth + 1) for _ in range(count)]
         else:
             if count % 2:
                 raise DecodeError("map with an odd number of items")
             out = {}
             for _ in range(count // 2):
-                k = r_value(r)
+                k = _r_value(r, depth + 1)
                 try:
-                    out[k] = r_value(r)
+                    out[k] = _r_value(r, depth + 1)
                 except TypeError:
                     raise DecodeError(f"unhashable map key {k!r}") from None
         if r.pos != end:
@@ -926,10 +947,11 @@ cdef object _r_compound(Reader* r, int code):
     return out
 
 
-cdef object _r_array(Reader* r, int code):
+cdef object _r_array(Reader* r, int code, int depth):
     cdef uint32_t size, count
     cdef Py_ssize_t end, saved_n
     cdef int ec
+    _nest(r, depth)
     if code == FC_ARRAY8:
         size = r_u8(r)
         r_need(r, size)
@@ -950,15 +972,18 @@ cdef object _r_array(Reader* r, int code):
         descriptor = None
         ec = r_u8(r)
         if ec == FC_DESCRIBED:
-            descriptor = r_value(r)
+            descriptor = _r_value(r, depth + 1)
             ec = r_u8(r)
         if _width(r, ec) == 0:
-            # zero-width items (null, true, uint0 ...) carry no bytes: bound them explicitly
-            if count > 1 << 20:
-                raise DecodeError("array of zero-width items too long")
+            # zero-width items (null, true, uint0, list0 ...) carry no bytes, yet each is a
+            # Python object: at most one per byte of the array's size, so that what a decode
+            # allocates stays proportional to its input (a 9-byte array32 of nulls claiming
+            # 2^32 items is refused, not 32 GiB of pointers)
+            if count > size:
+                raise DecodeError(f"array of {count} zero-width items in {size} bytes")
         elif count > <uint32_t>(end - r.pos):
             raise DecodeError(f"array count {count} exceeds its size")
-        items = [_r_body(r, ec) for _ in range(count)]
+        items = [_r_body(r, ec, depth + 1) for _ in range(count)]
         if descriptor is not None:
             items = [Described(descriptor, v) for v in items]
         if r.pos != end:
@@ -968,12 +993,32 @@ cdef object _r_array(Reader* r, int code):
     return Array(ec, items, descriptor)
 
 
-cdef object r_value(Reader* r):
+cdef object _r_value(Reader* r, int depth):
     cdef int code = r_u8(r)
     if code == FC_DESCRIBED:
-        descriptor = r_value(r)
-        return Described(descriptor, r_value(r))
-    return _r_body(r, code)
+        # 1.5: the descriptor and the value are one level below the described value
+        _nest(r, depth)
+        descriptor = _r_value(r, depth + 1)
+        return Described(descriptor, _r_value(r, depth + 1))
+    return _r_body(r, code, depth)
+
+
+cdef object r_value(Reader* r):
+    return _r_value(r, 0)
+
+
+cdef int check_value(const uint8_t* p, Py_ssize_t n) except -1:
+    """DecodeError unless p[0:n] is exactly one well-formed value: what r_skip passed over
+    (it trusts sizes and does not look inside strings or maps) checked in full, for bytes
+    the router keeps or relays to another peer."""
+    cdef Reader r
+    r.p = p
+    r.n = n
+    r.pos = 0
+    _r_value(&r, 0)
+    if r.pos != n:
+        raise DecodeError(f"{n - r.pos} bytes after the value")
+    return 0
 
 
 # --- Python API --------------------------------------------------------------------------------
@@ -997,6 +1042,22 @@ def decode(data, Py_ssize_t offset=0):
     r.pos = offset
     v = r_value(&r)
     return v, r.pos
+
+
+def skip(data, Py_ssize_t offset=0):
+    """The offset just past the one value at ``offset``, found from its sizes without
+    decoding it (as the engine skips the sections it need not read); DecodeError if its
+    sizes do not fit or its described values nest too deep."""
+
+    cdef bytes b = bytes(data)
+    cdef Reader r
+    r.p = <const uint8_t*>PyBytes_AS_STRING(b)
+    r.n = PyBytes_GET_SIZE(b)
+    if offset < 0 or offset > r.n:
+        raise ValueError("offset out of range")
+    r.pos = offset
+    r_skip(&r)
+    return r.pos
 
 
 def decode_all(data) -> list:

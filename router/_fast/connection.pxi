@@ -112,6 +112,7 @@ cdef class Connection:
             if pos < len(b) and self.state != CS_CLOSED and not self.closing:
                 self.inbuf = b[pos:]
         except DecodeError as e:
+            self.router.n_decode_errors += 1
             self.fail("amqp:decode-error", str(e))
         except ProtocolError as e:
             self.fail(e.condition, e.description)
@@ -900,6 +901,7 @@ cdef class Connection:
                 if not r_is_null(r):
                     st = r.pos
                     r_skip(r)
+                    check_value(r.p + st, r.pos - st)       # kept, and relayed on resume
                     state_raw = PyBytes_FromStringAndSize(<char*>(r.p + st), r.pos - st)
             elif i == 8:
                 r_bool(r, &resume)
@@ -1126,6 +1128,9 @@ cdef class Connection:
                     r_descriptor(r, &code)
                     r_skip(r)
                     raw = state_bytes(<int>code, r.p + st, r.pos - st)
+                    if raw is not _STATE_ACCEPTED and raw is not _STATE_RELEASED:
+                        # relayed to the producer as it is (3.4): it must decode in full
+                        check_value(r.p + st, r.pos - st)
             else:
                 r_skip(r)
         if count < 2:

@@ -18,7 +18,8 @@ from libc.string cimport memcmp, memcpy
 cimport cython
 
 from router._fast.codec cimport (
-    Reader, Writer, r_binary, r_bool, r_descriptor, r_is_null, r_list, r_skip, r_uint, r_value,
+    Reader, Writer, check_value, r_binary, r_bool, r_descriptor, r_is_null, r_list, r_skip,
+    r_uint, r_value,
 )
 from router._fast.codec import (
     DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, encode, symbol_array,

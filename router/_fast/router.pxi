@@ -25,6 +25,7 @@ cdef class Router:
     cdef dict unroutable             # `to` -> (condition, description): cache of refusals
     cdef int64_t next_conn_id
     cdef readonly int64_t n_anonymous_rejected
+    cdef readonly int64_t n_decode_errors   # undecodable messages refused, connections closed
     # durability 2 (durable.pxi): the store changes since the last checkpoint, net (a record
     # made and dropped in between is in neither), applied to the records at the checkpoint
     cdef public dict journal          # store key -> value to put
@@ -206,7 +207,10 @@ cdef class Router:
 
     cdef int route_anonymous(self, Delivery d, const uint8_t* data, Py_ssize_t n) except -1:
         cdef Address a
-        to = message_to(data, n)
+        try:
+            to = message_to(data, n)
+        except DecodeError as e:
+            return reject_undecodable(self, d, "sections up to its 'to'", e)
         if to is None:
             return self.refuse(d, "amqp:precondition-failed",
                                "message on an anonymous link has no 'to' address")
