@@ -590,6 +590,8 @@ cdef class Connection:
 
     cdef int on_sasl(self, uint64_t code, object value) except -1:
         fields = described_to_dict(Described(ULong(code), value))
+        if not isinstance(fields, dict):
+            raise DecodeError("SASL frame body is not a list")  # 5.3.3: each is a list
         if self.client:
             return self.on_sasl_client(code, fields)
         if code != D_SASL_INIT:
