@@ -263,11 +263,21 @@ class _Port:
 
 
 EO_OP = "EO"  # router/inter_router.py: a control message carrying guaranteed-topic envelopes
-TOPIC = "fuzz/topic"
+MAX_TOPICS = 4  # per input: enough for messages about several topics, bounded
+
+
+def _topic_router(topic: str) -> Any:
+    """A guaranteed topic's state machine here ("A"), with a local publisher and subscriber
+    for the messages to act on."""
+    from router.eo import TopicRouter
+
+    tr = TopicRouter("A", _Port(), instance=1, topic=topic)
+    tr.publisher_attached(("pc", "pl"), (), 0.0)
+    tr.subscriber_attached(("sc", "sl"), (), 0.0)
+    return tr
 
 
 def interrouter(data: bytes) -> None:
-    from router.eo import TopicRouter
     from router.mesh import RoutingEngine
 
     try:
@@ -276,25 +286,36 @@ def interrouter(data: bytes) -> None:
         return  # router/inter_router.py drops an undecodable control message
     mesh = RoutingEngine("A", _DataPlane(), instance=1)
     mesh.link_up(1)
-    topic = TopicRouter("A", _Port(), instance=1, topic=TOPIC)
-    topic.router_up("B", 0.0)
-    # local state for the messages to act on: a publisher and a subscriber attached here
-    topic.publisher_attached(("pc", "pl"), (), 0.0)
-    topic.subscriber_attached(("sc", "sl"), (), 0.0)
+    topics: dict[str, Any] = {}
+    up: set[tuple[str, str]] = set()
     now = 0.0
     for value in values:
         now += 0.5
         msg = value.value if isinstance(value, Described) else value
-        if isinstance(msg, dict) and msg.get("op") == EO_OP:
-            envelopes = msg.get("m")
-            for env in envelopes if isinstance(envelopes, list) else ():
-                inner = env.get("m") if isinstance(env, dict) else None
-                if isinstance(inner, dict):
-                    topic.receive("B", inner, now)
-        else:
+        if not (isinstance(msg, dict) and msg.get("op") == EO_OP):
             mesh.receive(1, msg, now)
-        mesh.tick(now)
-        topic.tick(now)
+            mesh.tick(now)
+            continue
+        # router/guarantee.py: a batch of envelopes {to, from, e, n, m}; m goes to its topic
+        envelopes = msg.get("m")
+        for env in envelopes if isinstance(envelopes, list) else ():
+            inner = env.get("m") if isinstance(env, dict) else None
+            src = env.get("from") if isinstance(env, dict) else None
+            if not (isinstance(inner, dict) and isinstance(src, str)):
+                continue
+            topic = inner.get("topic")
+            if not isinstance(topic, str):
+                continue
+            tr = topics.get(topic)
+            if tr is None:
+                if len(topics) >= MAX_TOPICS:
+                    continue
+                tr = topics[topic] = _topic_router(topic)
+            if (topic, src) not in up:
+                up.add((topic, src))
+                tr.router_up(src, now)
+            tr.receive(src, inner, now)
+            tr.tick(now)
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
