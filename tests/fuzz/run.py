@@ -1,6 +1,6 @@
 """Run a coverage-guided fuzzing campaign on one target (tests/fuzz/targets.py) with atheris.
 
-    python -m tests.fuzz.run --target connection --minutes 60 [--asan] [--jobs 1]
+    python -m tests.fuzz.run --target connection --minutes 60 [--asan] [-- LIBFUZZER_FLAGS]
 
 What it does (tests/README.md, "Fuzzing"):
 
@@ -101,18 +101,17 @@ def child(target: str, out: Path, libfuzzer_args: list[str]) -> None:
 
 def campaign(args: argparse.Namespace) -> int:
     out = build(args.asan)
-    work = WORK / args.target
-    artifacts = WORK / f"{args.target}-artifacts"
+    work = WORK / args.target  # shared by a plain and an --asan campaign (libFuzzer -reload)
+    name = args.target + ("-asan" if args.asan else "")
+    artifacts = WORK / f"{name}-artifacts"
     work.mkdir(parents=True, exist_ok=True)
     artifacts.mkdir(parents=True, exist_ok=True)
     seeds = CORPUS / args.target
     env = dict(os.environ, LD_PRELOAD=preload(out, args.asan), PYTHONPATH=str(ROOT))
     if args.asan:
-        env["ASAN_OPTIONS"] = (
-            "detect_leaks=0:allocator_may_return_null=1:verify_asan_link_order=0"
-        )
+        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1:verify_asan_link_order=0"
     deadline = time.monotonic() + args.minutes * 60
-    log_path = WORK / f"{args.target}.log"
+    log_path = WORK / f"{name}.log"
     totals = {"execs": 0, "runs": 0, "findings": 0}
     last: tuple[int, int, int, str] = (0, 0, 0, "")
     started = time.monotonic()
@@ -157,7 +156,7 @@ def campaign(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     files = list(work.iterdir())
     summary = (
-        f"target {args.target}: {elapsed / 60:.1f} min, {totals['execs']} executions "
+        f"target {name}: {elapsed / 60:.1f} min, {totals['execs']} executions "
         f"({totals['execs'] / max(elapsed, 1):.0f}/s), cov {last[0]} ft {last[1]}, "
         f"corpus {last[2]} inputs / {last[3]} (working dir {len(files)} files), "
         f"{totals['findings']} findings in {totals['runs']} run(s); log {log_path}"
