@@ -20,7 +20,8 @@ What it does (tests/README.md, "Fuzzing"):
 
 A finding becomes a regression: copy the artifact to ``tests/fuzz/regressions/<target>/`` with a
 name that says what it is; ``tests/fuzz/test_corpus.py`` replays it. To minimise a corpus for
-committing, ``--merge`` runs libFuzzer's ``-merge=1`` into ``tests/fuzz/corpus/<target>``.
+committing, ``--merge`` adds to ``tests/fuzz/corpus/<target>`` the working corpus's inputs that
+reach features the seeds do not (libFuzzer's ``-merge=1``).
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def child(target: str, out: Path, libfuzzer_args: list[str]) -> None:
     assert codec.__file__ is not None and codec.__file__.startswith(str(out)), codec.__file__
     from tests.fuzz.targets import TARGETS
 
-    atheris.Setup([sys.argv[0], *libfuzzer_args], TARGETS[target])
+    # libFuzzer re-runs argv[0] through the shell for -merge and -fork: make it this command
+    argv0 = f"{sys.executable} -m tests.fuzz.run --child --target {target} --build-dir {out} --"
+    atheris.Setup([argv0, *libfuzzer_args], TARGETS[target])
     atheris.Fuzz()
 
 
@@ -168,17 +171,27 @@ def campaign(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    """Minimise: libFuzzer -merge=1 of the working corpus into the committed one."""
+    """Fold a campaign into the committed corpus: libFuzzer's -merge=1 of the working corpus
+    into a copy of the seeds keeps only the inputs that reach features the seeds do not; they
+    are added as ``campaign-<sha1>.bin`` (the seeds themselves all stay)."""
     out = build(args.asan)
     env = dict(os.environ, LD_PRELOAD=preload(out, args.asan), PYTHONPATH=str(ROOT))
+    if args.asan:
+        env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
+    seeds = CORPUS / args.target
     fresh = WORK / f"{args.target}-merged"
     shutil.rmtree(fresh, ignore_errors=True)
-    fresh.mkdir(parents=True)
-    dirs = [str(fresh), str(CORPUS / args.target), str(WORK / args.target)]
+    shutil.copytree(seeds, fresh)
+    before = {p.name for p in fresh.iterdir()}
     cmd = [sys.executable, "-m", "tests.fuzz.run", "--child", "--target", args.target]
     cmd += ["--build-dir", str(out), "--", "-merge=1", f"-max_len={MAX_LEN.get(args.target, 8192)}"]
-    subprocess.run(["nice", "-n", str(args.nice), *cmd, *dirs], cwd=ROOT, env=env, check=True)
-    print(f"merged corpus: {len(list(fresh.iterdir()))} files in {fresh}")
+    cmd += [*args.libfuzzer, str(fresh), str(WORK / args.target)]
+    subprocess.run(["nice", "-n", str(args.nice), *cmd], cwd=ROOT, env=env, check=True)
+    added = [p for p in fresh.iterdir() if p.name not in before]
+    for p in added:
+        shutil.copy(p, seeds / f"campaign-{p.name}.bin")
+    size = sum(p.stat().st_size for p in added)
+    print(f"{args.target}: {len(added)} campaign inputs ({size} bytes) added to {seeds}")
     return 0
 
 
@@ -188,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--asan", action="store_true", help="also AddressSanitizer")
     p.add_argument("--nice", type=int, default=19, help="niceness of the fuzzing process")
-    p.add_argument("--merge", action="store_true", help="minimise the corpus (see above)")
+    p.add_argument("--merge", action="store_true", help="fold the campaign into the corpus")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--build-dir", help=argparse.SUPPRESS)
     p.add_argument("libfuzzer", nargs="*", help="extra libFuzzer flags, after --")
