@@ -424,7 +424,15 @@ class ManagementNode:
             if not (isinstance(row.get(key), str) and row[key].startswith(DYNAMIC_PREFIX))
         ]
 
-    def _send(self, reply_to: str, correlation: Any, response: Response) -> None:
+    def _send(self, reply_to: Any, correlation: Any, response: Response) -> None:
+        if not isinstance(reply_to, str):
+            # 3.2.4: reply-to is an address (a string); a request naming anything else
+            # cannot be answered
+            log.warning("management request whose reply-to is not a string: not answered")
+            return
+        reply_to = str(reply_to)  # a symbol: its text (the engine takes exactly a str)
+        if not _is_message_id(correlation):
+            correlation = None  # 3.2.11: only a message-id (ulong, uuid, binary, string) is echoed
         reply = Message(
             body=response.body,
             message_id=str(uuid.uuid4()),
@@ -1133,6 +1141,13 @@ TOPIC_ATTRIBUTES = (
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _is_message_id(v: Any) -> bool:
+    """3.2.11 message-id: ulong, uuid, binary or string."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return 0 <= v < 1 << 64
+    return isinstance(v, uuid.UUID | bytes | str)
 
 
 def _attributes(body: Any) -> dict[str, Any]:

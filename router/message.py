@@ -228,11 +228,24 @@ def _code(d: Any) -> int:
         if code is None:
             raise DecodeError(f"unknown message section {desc!r}")
         return code
+    if isinstance(desc, bool) or not isinstance(desc, int):
+        # 1.5: a descriptor is a symbol or a ulong; anything else names no section
+        raise DecodeError(f"message section descriptor {desc!r} is not a symbol or a ulong")
     return int(desc)
 
 
-def _seconds(v: Any) -> float | None:
-    return None if v is None else int(v) / 1000.0
+def _number(v: Any, name: str) -> int | None:
+    """An integer field of the header or properties (3.2.1, 3.2.4), or None."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise DecodeError(f"{name} is not an integer ({type(v).__name__})")
+    return int(v)
+
+
+def _seconds(v: Any, name: str = "a time") -> float | None:
+    n = _number(v, name)
+    return None if n is None else n / 1000.0
 
 
 def _list(v: Any, name: str) -> list[Any]:
@@ -254,16 +267,16 @@ def _map(v: Any, name: str) -> dict[Any, Any]:
 def _apply_header(m: Message, items: list[Any]) -> None:
     items = items + [None] * (5 - len(items))
     m.durable, prio, ttl, m.first_acquirer, dc = items[:5]
-    m.priority = None if prio is None else int(prio)
-    m.ttl = _seconds(ttl)
-    m.delivery_count = None if dc is None else int(dc)
+    m.priority = _number(prio, "priority")
+    m.ttl = _seconds(ttl, "ttl")
+    m.delivery_count = _number(dc, "delivery-count")
 
 
 def _apply_properties(m: Message, items: list[Any]) -> None:
     items = items + [None] * (len(_PROPERTY_FIELDS) - len(items))
     for name, v in zip(_PROPERTY_FIELDS, items, strict=False):
         if name in ("absolute_expiry_time", "creation_time"):
-            v = _seconds(v)
+            v = _seconds(v, name)
         elif name in ("content_type", "content_encoding") and v is not None:
             v = str(v)
         setattr(m, name, v)

@@ -692,6 +692,8 @@ cdef class Connection:
 
     cdef int on_sasl(self, uint64_t code, object value) except -1:
         fields = described_to_dict(Described(ULong(code), value))
+        if not isinstance(fields, dict):
+            raise DecodeError("SASL frame body is not a list")  # 5.3.3: each is a list
         if self.client:
             return self.on_sasl_client(code, fields)
         if code == D_SASL_RESPONSE and self.sasl_challenged:
@@ -913,6 +915,7 @@ cdef class Connection:
         name = f["name"]
         if not isinstance(name, str):
             raise ProtocolError("amqp:invalid-field", "link name is not a string")
+        name = str(name)  # a symbol (a str subclass) names the link by its text
         link = s.attaching.pop((name, bool(f["role"])), None)
         if link is not None:
             # 2.6.3: the answer to an ATTACH we sent (the peer's role is the opposite of ours:

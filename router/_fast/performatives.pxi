@@ -84,6 +84,8 @@ cdef int check_types(int code, dict out) except -1:
                 raise DecodeError(f"{name} must be an unsigned integer up to {want[1]}")
         elif not isinstance(v, want):
             raise DecodeError(f"{name} has the wrong type ({type(v).__name__})")
+        elif want is str and type(v) is not str:
+            out[name] = str(v)  # a symbol where a string belongs: its text (typed str below)
     return 0
 
 
@@ -95,6 +97,8 @@ def described_to_dict(value, code=None):
     desc = value.descriptor
     if isinstance(desc, str):
         desc = _SYMBOLIC_CODES.get(desc, desc)
+    elif not isinstance(desc, int):
+        return value  # 1.5: a descriptor we know is a symbol or a ulong (a list is not hashable)
     names = FIELDS.get(desc)
     if names is None or not isinstance(value.value, list):
         return value
