@@ -609,6 +609,7 @@ class ManagementNode:
             "management_requests": self.requests,
             "management_bad_requests": self.bad_requests,
             "decode_errors": self.core.engine.n_decode_errors,
+            **_login_counters(self.core),
         }
 
     # -- listeners -----------------------------------------------------------------------------
@@ -1075,6 +1076,17 @@ def mesh_of(core: Any) -> Any:
     return None
 
 
+def _login_counters(core: Any) -> dict[str, int]:
+    """router/login_throttle.py's counters, as the router entity's attributes."""
+    t = getattr(core, "login_throttle", None)
+    return {
+        "logins_failed": getattr(t, "failed", 0),
+        "logins_delayed": getattr(t, "delayed", 0),
+        "logins_refused": getattr(t, "refused", 0),
+        "logins_pending": getattr(t, "pending", 0),
+    }
+
+
 # -- attribute lists (QUERY's default columns) ---------------------------------------------
 
 ROUTER_ATTRIBUTES = (
@@ -1085,7 +1097,8 @@ ROUTER_ATTRIBUTES = (
     "dropped", "credit_stalls", "stuck_deliveries", "store", "store_path", "store_durability",
     "store_commits", "store_commit_seconds_total", "store_last_commit_seconds",
     "store_available", "store_commit_failures", "management_requests",
-    "management_bad_requests", "decode_errors",
+    "management_bad_requests", "decode_errors", "logins_failed", "logins_delayed",
+    "logins_refused", "logins_pending",
 )  # fmt: skip
 LISTENER_ATTRIBUTES = (
     "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",
