@@ -236,7 +236,7 @@ class ConnectionHandler:
             from router.sasl import ServerMechanisms
 
             self.sasl = ServerMechanisms(self.listener, self.core.users)
-            return self.sasl.start(conn, mechanism, response)
+            return self._judged(conn, self.sasl.start(conn, mechanism, response))
         if mechanism == "PLAIN" and self.core.users is not None:
             try:
                 _authzid, user, password = parse_plain(response or b"")
@@ -269,7 +269,21 @@ class ConnectionHandler:
 
     # 5.3.3.4 sasl-response (to our challenge)
     def on_sasl_response(self, conn: Connection, response: bytes | None) -> Any:
-        return self.sasl.respond(conn, response) if self.sasl is not None else False
+        if self.sasl is None:
+            return False
+        return self._judged(conn, self.sasl.respond(conn, response))
+
+    def _judged(self, conn: Connection, verdict: Any) -> Any:
+        """A SCRAM or EXTERNAL verdict counts toward the host's login backoff like a PLAIN
+        check (router/login_throttle.py); a host in backoff gets its outcome late."""
+        if isinstance(verdict, bytes) or not _running_loop():  # a challenge: nothing decided
+            return verdict
+        if self.core.login_throttle.judge(
+            _peer_host(conn), bool(verdict), verdict, conn.complete_sasl
+        ):
+            conn.defer_sasl()
+            return 0
+        return verdict
 
     def on_open(self, conn: Connection, fields: dict[str, Any]) -> None:
         cid = fields["container_id"]

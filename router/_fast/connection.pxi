@@ -152,9 +152,9 @@ cdef class Connection:
         return 0
 
     def defer_sasl(self):
-        """Called by the handler's on_sasl: the outcome comes later, from complete_sasl.
-        Until then nothing after the sasl-init is read (5.3.2: the outcome ends the SASL
-        layer); the bytes are held, at most max-frame-size of them."""
+        """Called by the handler's on_sasl or on_sasl_response: the outcome comes later, from
+        complete_sasl. Until then nothing after the sasl-init (or -response) is read (5.3.2:
+        the outcome ends the SASL layer); the bytes are held, at most max-frame-size of them."""
         self.sasl_pending = True
 
     def complete_sasl(self, result):
@@ -701,7 +701,10 @@ cdef class Connection:
                 ok = self.handler.on_sasl_response(self, fields.get("response"))
             except Exception:
                 log.exception("[C%d] SASL handler failed", self.conn_id)
+                self.sasl_pending = False
                 ok = False
+            if self.sasl_pending:
+                return 0                      # the handler answers later: complete_sasl
             return self.sasl_answer(ok)
         if code != D_SASL_INIT or self.sasl_challenged:
             # out of sequence: a response nobody asked for, a second init, a challenge

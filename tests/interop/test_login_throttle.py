@@ -23,7 +23,7 @@ from proton.reactor import AtMostOnce
 
 from router.auth import hash_password
 from tests.harness import free_port, retry
-from tests.interop.raw_amqp import plain_login
+from tests.interop.raw_amqp import plain_login, scram_login
 from tests.management.tooling import scrape, value
 
 USER, PASSWORD = "alice", "right password"
@@ -31,14 +31,19 @@ AUTH, SYS_TEMP = 1, 4  # 5.3.3.6 sasl-code
 
 
 def _router(
-    router: Any, tmp_path: Path, iterations: int, extra_args: tuple[str, ...] = (), **login: Any
+    router: Any,
+    tmp_path: Path,
+    iterations: int,
+    extra_args: tuple[str, ...] = (),
+    mechanisms: tuple[str, ...] = ("PLAIN",),
+    **login: Any,
 ) -> Any:
     users = tmp_path / "users"
     users.write_text(f"{USER}:{hash_password(PASSWORD, iterations=iterations)}\n")
     return router(
         config={"users_file": str(users), "login": login},
         listeners=[
-            {"sasl_mechanisms": ["PLAIN"], "require_auth": True},
+            {"sasl_mechanisms": list(mechanisms), "require_auth": True},
             {},  # the well-behaved client's listener (anonymous)
         ],
         extra_args=extra_args,
@@ -197,3 +202,41 @@ def test_login_counters_in_metrics_and_management(
     assert entity["logins_refused"] == refused
     assert entity["logins_delayed"] == got["delayed_total"]
     assert entity["logins_pending"] == 0
+
+
+def test_scram_failures_count_toward_the_backoff(router: Any, tmp_path: Path) -> None:
+    """Wrong SCRAM-SHA-256 proofs (computed by scramp) count like wrong PLAIN passwords:
+    backoff_after 2, so from the third on each outcome waits 0.25 s, doubled, up to 1 s;
+    a PLAIN login from the same host waits too; the right proof still gets in (after the
+    wait) and clears the host's failures."""
+    mport = free_port()
+    r = _router(
+        router, tmp_path, 4096, ("--metrics", f"127.0.0.1:{mport}"),
+        mechanisms=("SCRAM-SHA-256", "PLAIN"),
+        backoff_after=2, backoff_max=1.0, backoff_window=60.0,
+    )  # fmt: skip
+    retry(lambda: scrape(mport), timeout=10, message="/metrics never answered")
+    port = r.listeners[0].port
+
+    def delayed() -> float:
+        return value(scrape(mport), "qrouter_logins_delayed_total")
+
+    took = []
+    for _ in range(5):
+        code, t = scram_login(port, USER, "wrong")
+        assert code == AUTH, code
+        took.append(t)
+    print("\nseconds per wrong SCRAM proof: " + ", ".join(f"{t:.2f}" for t in took))
+    for t, least in zip(took[2:], (0.25, 0.5, 1.0), strict=True):
+        assert t >= least * 0.95, (took, least)
+    metrics = scrape(mport)
+    assert value(metrics, "qrouter_logins_failed_total") == 5
+    assert value(metrics, "qrouter_logins_delayed_total") == 3  # not the first two
+    code, t = plain_login(port, USER, "wrong")
+    assert code == AUTH and t >= 0.95, (code, t)  # the same host's PLAIN check waits the cap
+    code, t = scram_login(port, USER, PASSWORD)
+    assert code == 0 and t >= 0.95, (code, t)
+    assert delayed() == 5
+    code, t = scram_login(port, USER, PASSWORD)  # the success forgot the host's failures
+    assert code == 0, code
+    assert delayed() == 5
