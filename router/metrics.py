@@ -231,6 +231,12 @@ class RouterCollector:
                 "Requests to the $management node that did not decode (status 400 or REJECTED).",
                 value=management.bad_requests,
             )
+            yield CounterMetricFamily(
+                "qrouter_management_replies_refused",
+                "Requests to the $management node REJECTED because 100 replies were already "
+                "waiting in the router for the requesting connection.",
+                value=management.replies.refused,
+            )
 
         policy = getattr(core, "policy", None)
         if policy is not None:
