@@ -350,6 +350,15 @@ class ConnectionHandler:
             # 2.7.1: channel-max in our OPEN is the highest channel number the peer may use
             conn.channel_max = sessions - 1
 
+    def on_channel_refused(self, conn: Connection, channel: int) -> str | None:
+        """A BEGIN above our channel-max (2.7.1): when the policy's max_sessions set it, the
+        refusal is counted and logged as the policy's, and named in the error's description."""
+        sessions = self.core.policy.max_sessions(self.info) if self.info is not None else 0
+        if self.info is None or not sessions or conn.channel_max != sessions - 1:
+            return None
+        refusal = self.core.policy.refuse_session(self.info, channel)
+        return refusal.description if refusal is not None else None
+
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
         if self.inter_router:
             assert self.core.mesh is not None

@@ -860,8 +860,12 @@ cdef class Connection:
                                 f"BEGIN on channel {channel}, which is in use")
         refused = session_refused(self, channel)   # limits.pxi; else framing-error as below
         if channel > self.channel_max and not refused:
+            # the policy's max_sessions may have set channel-max: it counts its refusal
+            hook = getattr(self.handler, "on_channel_refused", None)
+            why = hook(self, channel) if hook is not None else None
             raise ProtocolError("amqp:connection:framing-error",
-                                f"channel {channel} exceeds channel-max {self.channel_max}")
+                                f"channel {channel} exceeds channel-max {self.channel_max}"
+                                + (f": {why}" if why else ""))
         rc = f.get("remote_channel")
         if rc is not None:
             # 2.5.2: the answer to a BEGIN we sent
