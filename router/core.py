@@ -236,7 +236,7 @@ class ConnectionHandler:
             from router.sasl import ServerMechanisms
 
             self.sasl = ServerMechanisms(self.listener, self.core.users)
-            return self.sasl.start(conn, mechanism, response)
+            return self._judged(conn, self.sasl.start(conn, mechanism, response))
         if mechanism == "PLAIN" and self.core.users is not None:
             try:
                 _authzid, user, password = parse_plain(response or b"")
@@ -269,7 +269,21 @@ class ConnectionHandler:
 
     # 5.3.3.4 sasl-response (to our challenge)
     def on_sasl_response(self, conn: Connection, response: bytes | None) -> Any:
-        return self.sasl.respond(conn, response) if self.sasl is not None else False
+        if self.sasl is None:
+            return False
+        return self._judged(conn, self.sasl.respond(conn, response))
+
+    def _judged(self, conn: Connection, verdict: Any) -> Any:
+        """A SCRAM or EXTERNAL verdict counts toward the host's login backoff like a PLAIN
+        check (router/login_throttle.py); a host in backoff gets its outcome late."""
+        if isinstance(verdict, bytes) or not _running_loop():  # a challenge: nothing decided
+            return verdict
+        if self.core.login_throttle.judge(
+            _peer_host(conn), bool(verdict), verdict, conn.complete_sasl
+        ):
+            conn.defer_sasl()
+            return 0
+        return verdict
 
     def on_open(self, conn: Connection, fields: dict[str, Any]) -> None:
         cid = fields["container_id"]
@@ -335,6 +349,15 @@ class ConnectionHandler:
         if sessions and sessions - 1 < conn.channel_max:
             # 2.7.1: channel-max in our OPEN is the highest channel number the peer may use
             conn.channel_max = sessions - 1
+
+    def on_channel_refused(self, conn: Connection, channel: int) -> str | None:
+        """A BEGIN above our channel-max (2.7.1): when the policy's max_sessions set it, the
+        refusal is counted and logged as the policy's, and named in the error's description."""
+        sessions = self.core.policy.max_sessions(self.info) if self.info is not None else 0
+        if self.info is None or not sessions or conn.channel_max != sessions - 1:
+            return None
+        refusal = self.core.policy.refuse_session(self.info, channel)
+        return refusal.description if refusal is not None else None
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
         if self.inter_router:

@@ -1,4 +1,5 @@
-"""SASL PLAIN checks off the event loop, bounded, with a per-host backoff after failures.
+"""SASL PLAIN checks off the event loop, bounded, with a per-host backoff after failures
+(SCRAM-SHA-256 and EXTERNAL outcomes count toward it too: ``judge``).
 
 A PLAIN check costs one PBKDF2 run (~50 ms, router/auth.py). Run on the event loop, a burst
 of wrong passwords would stall every connection's traffic, so checks run on a few worker
@@ -83,6 +84,19 @@ class LoginThrottle:
         self._hosts.move_to_end(host)
         while len(self._hosts) > self.config.max_hosts:
             self._hosts.popitem(last=False)
+
+    def judge(self, host: str, ok: bool, answer: Any, done: Callable[[Any], None]) -> bool:
+        """A login decided on the loop without a hash (a SCRAM proof, an EXTERNAL
+        certificate): count it for `host` like a PLAIN check and, if `host` was in backoff,
+        call `done(answer)` after its delay and return True; False: answer now. The delay does
+        not depend on `ok`, so it tells nothing about the proof. Must be called on the loop."""
+        wait = self.delay(host)
+        self.record(host, ok)
+        if wait <= 0:
+            return False
+        self.delayed += 1
+        asyncio.get_running_loop().call_later(wait, done, answer)
+        return True
 
     @property
     def hosts(self) -> int:

@@ -36,6 +36,7 @@ from router._fast.engine import error_value, source_value, target_value
 from router.addresses import AddressEntry
 from router.config import ConfigError, ListenerConfig, listener_from_table
 from router.log import tag
+from router.management_replies import ReplyBound
 from router.message import DecodeError, Message, decode_leading, decode_message, encode_message
 
 if TYPE_CHECKING:
@@ -170,6 +171,8 @@ class ManagementNode:
         self.requests = 0
         self.bad_requests = 0  # requests that did not decode
         self._pending: set[asyncio.Task[None]] = set()
+        # replies held for a requester that does not read them (router/management_replies.py)
+        self.replies = ReplyBound(core.engine, REQUEST_CREDIT)
         self.types: dict[str, EntityType] = {
             t.name: t
             for t in (
@@ -288,9 +291,17 @@ class ManagementNode:
 
     def on_message(self, link: Any, delivery: Any, payload: bytes) -> None:
         """One request from a ``$management`` link: accept it, answer to its reply-to."""
-        if link.credit <= REQUEST_CREDIT // 2:
+        if link.credit <= REQUEST_CREDIT // 2 and self.replies.may_renew(link):
             link.flow(REQUEST_CREDIT)
         self.requests += 1
+        if self.replies.over(link.conn.conn_id):
+            self.replies.refused += 1
+            description = (
+                f"management replies waiting for this connection limit {self.replies.limit} "
+                "reached; read the replies"
+            )
+            delivery.update(0x25, error_value("amqp:resource-limit-exceeded", description))
+            return
         try:
             request = decode_message(payload)
         except DecodeError as exc:
@@ -304,6 +315,7 @@ class ManagementNode:
         correlation = (
             request.message_id if request.message_id is not None else (request.correlation_id)
         )
+        self.replies.sent(link.conn.conn_id, reply_to)
         requester = self.requester(link.conn)
         answer = self.handle(request, user=link.conn.user, requester=requester)
         if isinstance(answer, Response):
@@ -329,6 +341,7 @@ class ManagementNode:
             return
         delivery.update(0x24)
         correlation = head.message_id if head.message_id is not None else head.correlation_id
+        self.replies.sent(link.conn.conn_id, reply_to)
         self._send(reply_to, correlation, Response(400, f"request does not decode: {exc}"))
 
     async def _finish(
@@ -616,7 +629,9 @@ class ManagementNode:
             "store_commit_failures": getattr(getattr(persistence, "health", None), "failures", 0),
             "management_requests": self.requests,
             "management_bad_requests": self.bad_requests,
+            "management_replies_refused": self.replies.refused,
             "decode_errors": self.core.engine.n_decode_errors,
+            **_login_counters(self.core),
         }
 
     # -- listeners -----------------------------------------------------------------------------
@@ -1083,6 +1098,17 @@ def mesh_of(core: Any) -> Any:
     return None
 
 
+def _login_counters(core: Any) -> dict[str, int]:
+    """router/login_throttle.py's counters, as the router entity's attributes."""
+    t = getattr(core, "login_throttle", None)
+    return {
+        "logins_failed": getattr(t, "failed", 0),
+        "logins_delayed": getattr(t, "delayed", 0),
+        "logins_refused": getattr(t, "refused", 0),
+        "logins_pending": getattr(t, "pending", 0),
+    }
+
+
 # -- attribute lists (QUERY's default columns) ---------------------------------------------
 
 ROUTER_ATTRIBUTES = (
@@ -1093,7 +1119,8 @@ ROUTER_ATTRIBUTES = (
     "dropped", "credit_stalls", "stuck_deliveries", "store", "store_path", "store_durability",
     "store_commits", "store_commit_seconds_total", "store_last_commit_seconds",
     "store_available", "store_commit_failures", "management_requests",
-    "management_bad_requests", "decode_errors",
+    "management_bad_requests", "management_replies_refused", "decode_errors", "logins_failed",
+    "logins_delayed", "logins_refused", "logins_pending",
 )  # fmt: skip
 LISTENER_ATTRIBUTES = (
     "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",

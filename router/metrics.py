@@ -188,6 +188,7 @@ class RouterCollector:
             value=engine.n_anonymous_rejected,
         )
         yield from _limit_metrics(core)
+        yield from _login_metrics(core)
         yield CounterMetricFamily(
             "qrouter_decode_errors",
             "Input that did not decode (amqp:decode-error): connections closed for a bad "
@@ -229,6 +230,12 @@ class RouterCollector:
                 "qrouter_management_bad_requests",
                 "Requests to the $management node that did not decode (status 400 or REJECTED).",
                 value=management.bad_requests,
+            )
+            yield CounterMetricFamily(
+                "qrouter_management_replies_refused",
+                "Requests to the $management node REJECTED because 100 replies were already "
+                "waiting in the router for the requesting connection.",
+                value=management.replies.refused,
             )
 
         policy = getattr(core, "policy", None)
@@ -279,6 +286,39 @@ def _limit_metrics(core: Core) -> Iterator[Metric]:
         exceeded.add_metric([row["name"]], row["exceeded"])
     yield value
     yield exceeded
+
+
+def _login_metrics(core: Core) -> Iterator[Metric]:
+    """router/login_throttle.py: password checks failed, delayed by a host's backoff,
+    refused with SASL sys-temp, and waiting now."""
+    throttle = getattr(core, "login_throttle", None)
+    if throttle is None:
+        return
+    yield CounterMetricFamily(
+        "qrouter_logins_failed",
+        "Logins refused for a wrong user, password or proof (PLAIN, SCRAM-SHA-256, EXTERNAL).",
+        value=throttle.failed,
+    )
+    yield CounterMetricFamily(
+        "qrouter_logins_delayed",
+        "Login checks that waited for their host's backoff after repeated failures.",
+        value=throttle.delayed,
+    )
+    yield CounterMetricFamily(
+        "qrouter_logins_refused",
+        "Logins answered SASL sys-temp because login.max_pending checks were waiting.",
+        value=throttle.refused,
+    )
+    yield GaugeMetricFamily(
+        "qrouter_logins_pending",
+        "Password checks queued on or running in the login worker threads.",
+        value=throttle.pending,
+    )
+    yield GaugeMetricFamily(
+        "qrouter_login_backoff_hosts",
+        "Remote hosts remembered for their recent failed logins (at most login.max_hosts).",
+        value=throttle.hosts,
+    )
 
 
 def _policy_metrics(policy: Policy) -> Iterator[Metric]:

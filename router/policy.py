@@ -378,6 +378,21 @@ class Policy:
     def max_sessions(self, info: ConnInfo) -> int:
         return info.group.max_sessions if info.group is not None else 0
 
+    def refuse_session(self, info: ConnInfo, channel: int) -> Refusal | None:
+        """A BEGIN above the channel-max that max_sessions set in our OPEN (2.7.1): counted
+        and logged as this group's refusal (the engine closes the connection)."""
+        g = info.group
+        if g is None or not g.max_sessions:
+            return None
+        return self._refuse(
+            info,
+            g.name,
+            "max_sessions",
+            RESOURCE_LIMIT,
+            f"policy group {g.name!r}: session on channel {channel} (max_sessions "
+            f"{g.max_sessions})",
+        )
+
     def max_message_size(self, info: ConnInfo, router_max: int) -> int:
         """The largest message this connection's producers may send: the group's maximum
         within the router's (0: none)."""

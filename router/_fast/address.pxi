@@ -39,6 +39,17 @@ cdef class Address:
     def undelivered_count(self):
         return len(self.undelivered) if self.undelivered is not None else 0
 
+    @property
+    def waiting_count(self):
+        """Deliveries held in the router for this address: not yet routed, or queued on a
+        consumer link (no credit, or its connection's write buffer full). Control plane only:
+        it walks the consumers."""
+        cdef Link c
+        cdef Py_ssize_t total = len(self.undelivered) if self.undelivered is not None else 0
+        for c in self.consumers:
+            total += len(c.pending)
+        return total
+
     cdef int64_t capacity(self):
         """Deliveries the consumers will take now: the sum of their credit for anycast (less
         what already waits), the smallest for multicast (every copy needs credit)."""

@@ -152,9 +152,9 @@ cdef class Connection:
         return 0
 
     def defer_sasl(self):
-        """Called by the handler's on_sasl: the outcome comes later, from complete_sasl.
-        Until then nothing after the sasl-init is read (5.3.2: the outcome ends the SASL
-        layer); the bytes are held, at most max-frame-size of them."""
+        """Called by the handler's on_sasl or on_sasl_response: the outcome comes later, from
+        complete_sasl. Until then nothing after the sasl-init (or -response) is read (5.3.2:
+        the outcome ends the SASL layer); the bytes are held, at most max-frame-size of them."""
         self.sasl_pending = True
 
     def complete_sasl(self, result):
@@ -703,7 +703,10 @@ cdef class Connection:
                 ok = self.handler.on_sasl_response(self, fields.get("response"))
             except Exception:
                 log.exception("[C%d] SASL handler failed", self.conn_id)
+                self.sasl_pending = False
                 ok = False
+            if self.sasl_pending:
+                return 0                      # the handler answers later: complete_sasl
             return self.sasl_answer(ok)
         if code != D_SASL_INIT or self.sasl_challenged:
             # out of sequence: a response nobody asked for, a second init, a challenge
@@ -859,8 +862,12 @@ cdef class Connection:
                                 f"BEGIN on channel {channel}, which is in use")
         refused = session_refused(self, channel)   # limits.pxi; else framing-error as below
         if channel > self.channel_max and not refused:
+            # the policy's max_sessions may have set channel-max: it counts its refusal
+            hook = getattr(self.handler, "on_channel_refused", None)
+            why = hook(self, channel) if hook is not None else None
             raise ProtocolError("amqp:connection:framing-error",
-                                f"channel {channel} exceeds channel-max {self.channel_max}")
+                                f"channel {channel} exceeds channel-max {self.channel_max}"
+                                + (f": {why}" if why else ""))
         rc = f.get("remote_channel")
         if rc is not None:
             # 2.5.2: the answer to a BEGIN we sent

@@ -12,6 +12,7 @@ from router._fast.codec import Symbol
 from tests.engine.pump import (
     SASL_HEADER,
     SASL_INIT,
+    SASL_RESPONSE,
     Frame,
     parse_output,
     perf,
@@ -90,6 +91,35 @@ def plain_login(
                 initial_response=b"\0" + user.encode() + b"\0" + password.encode(),
             )
         )
+        outcome = s.frame()
+        took = time.monotonic() - start
+        return (-1 if outcome is None else int(outcome.fields["code"])), took
+    finally:
+        s.close()
+
+
+def scram_login(
+    port: int, user: str, password: str, timeout: float = 30.0, source: str | None = None
+) -> tuple[int, float]:
+    """One SASL SCRAM-SHA-256 exchange (RFC 7677 over 5.3.3.2-5.3.3.6) on a new socket, the
+    client's messages computed by scramp (not our implementation): (outcome code, seconds from
+    the sasl-response carrying the proof to the outcome). Code -1: closed without one."""
+    import scramp
+
+    client = scramp.ScramClient(["SCRAM-SHA-256"], user, password)
+    s = RawSocket(port, timeout, source)
+    try:
+        s.send(SASL_HEADER)
+        assert s.header() == SASL_HEADER
+        s.frame()  # sasl-mechanisms
+        first = client.get_client_first().encode()
+        s.send(perf(SASL_INIT, mechanism=Symbol("SCRAM-SHA-256"), initial_response=first))
+        challenge = s.frame()
+        if challenge is None or "challenge" not in challenge.fields:
+            return (-1 if challenge is None else int(challenge.fields["code"])), 0.0
+        client.set_server_first(bytes(challenge.fields["challenge"]).decode())
+        start = time.monotonic()
+        s.send(perf(SASL_RESPONSE, response=client.get_client_final().encode()))
         outcome = s.frame()
         took = time.monotonic() - start
         return (-1 if outcome is None else int(outcome.fields["code"])), took

@@ -368,3 +368,34 @@ def _read_until_close(sock: socket.socket, timeout: float = 10.0) -> bytes:
             break
         data += chunk
     return data
+
+
+def test_max_sessions_refusal_is_counted(router: Any, tmp_path: Path) -> None:
+    """The framing error for a BEGIN above the channel-max that max_sessions set names the
+    policy rule, and counts as the group's refusal in /metrics."""
+    from tests.engine.pump import AMQP_HEADER, CLOSE, begin_frame, open_frame
+    from tests.engine.pump import parse_output as parse
+    from tests.harness import free_port
+    from tests.management.tooling import scrape, value
+
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY.replace("max_connections_per_host = 2", "max_sessions = 2"))
+    metrics_port = free_port()
+    r = router(
+        config={
+            "users_file": str(users_file(tmp_path)),
+            "policy_file": str(path),
+            "metrics": f"{HOST}:{metrics_port}",
+        },
+        listeners=[{"sasl_mechanisms": ["PLAIN", "ANONYMOUS"]}],
+    )
+    with socket.create_connection((HOST, r.port), timeout=10) as sock:
+        sock.sendall(AMQP_HEADER + open_frame("raw") + begin_frame(0) + begin_frame(1))
+        sock.sendall(begin_frame(2))
+        data = _read_until_close(sock)
+    close = [f for f in parse(data)[1] if f.code == CLOSE]
+    error = close[0].error() if close else None
+    assert error is not None and error[0] == "amqp:connection:framing-error", close
+    assert "policy group 'guests'" in str(error[1]) and "max_sessions 2" in str(error[1])
+    metrics = scrape(metrics_port)
+    assert value(metrics, "qrouter_policy_refusals_total", group="guests", rule="max_sessions") == 1
