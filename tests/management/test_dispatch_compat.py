@@ -241,3 +241,27 @@ def test_monitor_may_qdstat_but_not_create(router: Any, tmp_path: Path) -> None:
         assert status == 403
     finally:
         conn.close()
+
+
+def test_qdstat_views_of_a_mesh(router: Any, blocking: Any) -> None:
+    """hub <- edge: edge's connector shows as an outgoing inter-router connection with
+    inter-router links, and qdstat -n lists the hub."""
+    port = free_port()
+    hub = router("hub", extra_args=["--inter-router-listen", f"127.0.0.1:{port}"])
+    edge = router("edge", extra_args=["--inter-router-connect", f"127.0.0.1:{port}"])
+    m = Mgmt(blocking(edge.url))
+
+    def nodes() -> list[dict[str, Any]]:
+        return m.qdstat("router.node", ["id", "nextHop", "cost", "routerLink"])
+
+    (node,) = retry(nodes, timeout=20, message="the mesh never formed")
+    assert node["id"] == "hub" and node["cost"] == 1
+    assert node["nextHop"] is None  # a neighbour: reached directly, as Dispatch shows it
+    (general,) = m.qdstat("router", ["mode", "nodeCount"])
+    assert general == {"mode": "interior", "nodeCount": 1}
+    conns = m.qdstat("connection", ["container", "role", "dir"])
+    assert {"container": "hub", "role": "inter-router", "dir": "out"} in conns
+    kinds = {(row["linkType"], row["connectionId"]) for row in m.qdstat("router.link", QDSTAT_L)}
+    assert any(kind == "inter-router" for kind, _ in kinds)
+    hub_conns = Mgmt(blocking(hub.url)).qdstat("connection", ["container", "role", "dir"])
+    assert {"container": "edge", "role": "inter-router", "dir": "in"} in hub_conns
