@@ -132,6 +132,14 @@ _UNSUPPORTED_ENTITIES = {
     "console": "the web console is not in qrouter",
 }
 _PORTS = {"amqp": 5672, "amqps": 5671}
+# sslProfile files: Dispatch 1.19's names, and the older keyFile / certDb they replaced
+_SSL_FILES = {
+    "certFile": "tls_cert",
+    "privateKeyFile": "tls_key",
+    "keyFile": "tls_key",
+    "caCertFile": "tls_ca",
+    "certDb": "tls_ca",
+}
 # Dispatch's log levels (the lowest of ``enable``) as qrouter's
 _LOG_LEVELS = {
     "trace": "debug",
@@ -221,10 +229,15 @@ class _Converter:
                 "defaultDistribution": _to("default_distribution", _distribution),
                 "helloIntervalSeconds": _to("hello_interval", _number),
                 "helloMaxAgeSeconds": _to("hello_max_age", _number),
+                # the names before Dispatch 1.0, still read by 1.19
+                "routerId": _to("id"),
+                "helloInterval": _to("hello_interval", _number),
+                "helloMaxAge": _to("hello_max_age", _number),
             },
         )
-        if "id" in s.attributes and "name" in s.attributes:
-            self.refuse(s, "name", "give id or name, not both")
+        given = [name for name in ("id", "routerId", "name") if name in s.attributes]
+        if len(given) > 1:
+            self.refuse(s, given[1], f"give one of id, routerId and name (also: {given[0]})")
 
     def listener(self, s: Section) -> None:
         table: dict[str, Any] = {}
@@ -261,6 +274,7 @@ class _Converter:
                 "cost": _to("cost", int),
                 "sslProfile": self._ssl,
                 "verifyHostname": _to("tls_verify_hostname", _boolean),
+                "verifyHostName": _to("tls_verify_hostname", _boolean),  # before 1.0
                 "saslMechanisms": _to("sasl_mechanism", _one_mechanism),
                 "saslUsername": _to("sasl_username"),
                 "saslPassword": _password,
@@ -301,6 +315,7 @@ class _Converter:
                 "module": lambda *_: None,
                 "enable": _to("level", _log_level),
                 "includeTimestamp": _on("qrouter's log lines always carry a timestamp"),
+                "timestamp": _on("qrouter's log lines always carry a timestamp"),
             },
         )
 
@@ -310,7 +325,7 @@ class _Converter:
             self.refuse(s, None, "an sslProfile needs a name")
             return
         for attribute in s.attributes:
-            if attribute not in ("name", "certFile", "privateKeyFile", "caCertFile"):
+            if attribute not in ("name", *_SSL_FILES):
                 self.refuse(s, attribute, "attribute not supported by qrouter")
         self.ssl_profiles[name] = s
 
@@ -318,12 +333,10 @@ class _Converter:
         profile = self.ssl_profiles.get(value)
         if profile is None:
             raise ValueError(f"no sslProfile named {value!r}")
-        for theirs, ours in (
-            ("certFile", "tls_cert"),
-            ("privateKeyFile", "tls_key"),
-            ("caCertFile", "tls_ca"),
-        ):
+        for theirs, ours in _SSL_FILES.items():
             if theirs in profile.attributes:
+                if ours in table:
+                    raise ValueError(f"sslProfile {value!r} gives {ours} twice")
                 table[ours] = profile.attributes[theirs][0]
 
     def _require_ssl(self, s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:

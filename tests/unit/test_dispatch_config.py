@@ -156,3 +156,24 @@ log {
         "use [policy] (docs/configuration.md)",
         f"{path}:16: log.module: only module DEFAULT maps to qrouter's [log] (got 'ROUTER_CORE')",
     ]  # one line per refusal, none dropped
+
+
+def test_older_attribute_names_are_read(tmp_path: Path) -> None:
+    text = "router {\n routerId: Old\n helloInterval: 2\n helloMaxAge: 9\n}\n"
+    cfg = load_config(write(tmp_path, text))
+    assert (cfg.id, cfg.hello_interval, cfg.hello_max_age) == ("Old", 2.0, 9.0)
+    both = refusal(tmp_path, "router {\n id: A\n routerId: B\n}\n")
+    assert both.endswith(":3: router.routerId: give one of id, routerId and name (also: id)")
+
+
+def test_syntax_errors_name_the_line(tmp_path: Path) -> None:
+    assert refusal(tmp_path, "router {\n id: A\n").endswith(
+        ":1: router: section is not closed with '}'"
+    )
+    assert refusal(tmp_path, "router {\n id A\n}\n").endswith(
+        ":2: router: expected 'attribute: value', got 'id A'"
+    )
+    assert refusal(tmp_path, "router {\n id: A\n id: B\n}\n").endswith(":3: router.id: given twice")
+    assert refusal(tmp_path, "listener { port: 5672 sslProfile: nope }\n").endswith(
+        ":1: listener.sslProfile: no sslProfile named 'nope'"
+    )
