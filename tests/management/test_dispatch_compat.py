@@ -189,6 +189,14 @@ def test_qdmanage_create_and_delete_listener_and_address(router: Any, blocking: 
         operation="CREATE", type=D + "listener", name="tls",
     )  # fmt: skip
     assert status == 400 and "sslProfile" in text
+    for bad, named in (
+        ({"port": "not-a-port"}, "port"),
+        ({"port": str(free_port()), "maxSessions": "10"}, "maxSessions"),
+        ({"port": str(free_port()), "authenticatePeer": "maybe"}, "authenticatePeer"),
+        ({"port": str(free_port()), "role": "edge"}, "role"),
+    ):
+        status, text, _ = m.request(bad, operation="CREATE", type=D + "listener", name="bad")
+        assert status == 400 and named in text, (bad, status, text)
     status, _, _ = m.request(None, operation="DELETE", type=D + "listener", name="extra")
     assert status == 204
     retry(lambda: not port_open(port), timeout=10, message="the deleted listener still accepts")
