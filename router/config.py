@@ -913,7 +913,13 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
     cfg = RouterConfig()
     listener_origins: list[_Origin] = [(None, "listener[0]")]
     if path is not None:
-        doc = _read_toml(path)
+        from router import dispatch_config  # Qpid Dispatch's qdrouterd.conf, converted
+
+        doc = (
+            dispatch_config.read(path)
+            if dispatch_config.looks_like_dispatch(path)
+            else _read_toml(path)
+        )
         try:
             cfg = _from_table(doc, os.path.dirname(os.path.abspath(path)))
             for i, lc in enumerate(cfg.listeners):

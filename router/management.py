@@ -264,6 +264,9 @@ class ManagementNode:
                 ),
             )
         }
+        from router.dispatch_schema import DispatchSchema  # it builds on this module
+
+        self.dispatch = DispatchSchema(self)  # Qpid Dispatch's types, for qdstat / qdmanage
 
     # -- the link ------------------------------------------------------------------------------
 
@@ -430,6 +433,9 @@ class ManagementNode:
         rows = list(etype.rows())
         if requester is None or requester.role == "admin":
             return rows
+        private = getattr(etype, "private", None)  # router/dispatch_schema.py's types
+        if private is not None:
+            return [row for row in rows if not private(row)]
         key = "name" if etype.name == "router.address" else "address"
         return [
             row
@@ -508,7 +514,7 @@ class ManagementNode:
             return Response(500, f"internal error: {exc}")
 
     def _all(self) -> list[EntityType]:
-        return list(self.types.values())
+        return list(self.types.values()) + self.dispatch.all()
 
     def get_types(self) -> dict[str, list[str]]:
         # the draft: a map from each type to the types it extends
@@ -523,6 +529,9 @@ class ManagementNode:
                 400, f"{operation} needs the entity type (application property 'type')"
             )
         text = str(name)
+        dispatch = self.dispatch.lookup(text)
+        if dispatch is not None:
+            return dispatch
         short = text[len(TYPE_PREFIX) :] if text.startswith(TYPE_PREFIX) else text
         etype = self.types.get(short)
         if etype is None:
