@@ -102,13 +102,15 @@ def _value_text(v):
             field = names[i] if i < len(names) else f"field{i}"
             parts.append(f"{field}={_value_text(item)}")
         return f"{name}({', '.join(parts)})"
-    if isinstance(v, list):
+    if isinstance(v, (list, Array)):
         return _clip("[" + ", ".join(_value_text(x) for x in v) + "]")
     if isinstance(v, dict):
         return _clip("{" + ", ".join(f"{_value_text(k)}: {_value_text(x)}"
                                      for k, x in v.items()) + "}")
     if isinstance(v, bool) or v is None:
         return str(v).lower()
+    if isinstance(v, int):
+        return str(int(v))                              # UInt(5) -> 5
     if isinstance(v, (bytes, bytearray)):
         return _clip("b" + repr(bytes(v))[1:] if len(v) <= 32 else f"<{len(v)} bytes>")
     if isinstance(v, str):
