@@ -729,7 +729,7 @@ class ManagementNode:
     def create_connector(self, name: str | None, attrs: dict[str, Any]) -> Reply:
         """CREATE connector: an inter-router connector ([[connector]] keys) that starts
         connecting at once, with the configured ones' reconnect backoff."""
-        mesh = mesh_of(self.core)
+        mesh = getattr(self.core, "mesh", None)  # router/inter_router.py Mesh
         if mesh is None or getattr(mesh, "loop", None) is None:
             raise ManagementError(
                 501, "this router is not in a mesh (no inter-router listener or connector at start)"
@@ -753,7 +753,7 @@ class ManagementNode:
     def delete_connector(self, row: dict[str, Any]) -> Reply:
         """DELETE connector: it stops reconnecting and its connection is closed, which
         withdraws the routes through it."""
-        mesh = mesh_of(self.core)
+        mesh = getattr(self.core, "mesh", None)
         connectors = self.core.config.connectors
         index = int(str(row["identity"]).rpartition("/")[2])
         if mesh is None or not 0 <= index < len(connectors):

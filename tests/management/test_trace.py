@@ -22,9 +22,7 @@ def log_text(r: Any) -> str:
 
 
 def trace_lines(r: Any) -> list[tuple[int, str, str]]:
-    return [
-        (int(m.group(1)), m.group(2), m.group(3)) for m in TRACE_LINE.finditer(log_text(r))
-    ]
+    return [(int(m.group(1)), m.group(2), m.group(3)) for m in TRACE_LINE.finditer(log_text(r))]
 
 
 def exchange(blocking: Any, url: str, address: str) -> None:
