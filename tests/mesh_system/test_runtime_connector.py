@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from tests.harness import HOST, MeshRouter, retry
+from tests.management.test_roles import login, users_file
 from tests.management.test_runtime_changes import send_through
 from tests.management.tooling import ok, run_tool
-from tests.management.test_roles import login, users_file
 from tests.mesh_system.mesh import wait_log
 
 BACKOFF_MAX_S = 2.0  # router/inter_router.py BACKOFF: the longest wait between attempts
