@@ -18,6 +18,13 @@ _PERFORMATIVES = {
     D_RECEIVED: "received", D_ACCEPTED: "accepted", D_REJECTED: "rejected",
     D_RELEASED: "released", D_MODIFIED: "modified",
 }
+# 3.4 outcomes: their fields (the performatives' are FIELDS, performatives.pxi)
+_OUTCOME_FIELDS = {
+    D_RECEIVED: ("section_number", "section_offset"), D_REJECTED: ("error",),
+    D_MODIFIED: ("delivery_failed", "undeliverable_here", "message_annotations"),
+}
+# 5.3.3: credentials (PLAIN's password, SCRAM's proofs) are shown by their size only
+_SECRET = frozenset({"initial_response", "response", "challenge", "additional_data"})
 _HEADERS = {0: "AMQP", 2: "AMQP TLS", 3: "AMQP SASL"}    # 2.2 / 5.2.1 / 5.3.1 protocol ids
 _CLIP = 120                                              # characters of one field value shown
 
@@ -92,7 +99,7 @@ def _value_text(v):
         if isinstance(code, str):
             code = _SYMBOLIC_CODES.get(code, code)
         name = _PERFORMATIVES.get(code)
-        names = FIELDS.get(code, ())
+        names = FIELDS.get(code) or _OUTCOME_FIELDS.get(code, ())
         if name is None or not isinstance(v.value, list):
             return _clip(repr(v))
         parts = []
@@ -100,6 +107,9 @@ def _value_text(v):
             if item is None:
                 continue
             field = names[i] if i < len(names) else f"field{i}"
+            if field in _SECRET and isinstance(item, (bytes, bytearray)):
+                parts.append(f"{field}=<{len(item)} bytes>")
+                continue
             parts.append(f"{field}={_value_text(item)}")
         return f"{name}({', '.join(parts)})"
     if isinstance(v, (list, Array)):

@@ -108,3 +108,23 @@ def test_no_trace_lines_when_off(router: Any, blocking: Any) -> None:
     ok("connections", "--url", r.url)  # a last request: the exchange above is over
     assert trace_lines(r) == []
     assert "qrouter.trace" not in log_text(r)
+
+
+def test_trace_hides_sasl_credentials(router: Any, tmp_path: Any) -> None:
+    from tests.management.test_roles import PASSWORDS, login, users_file
+
+    r = router(
+        config={"users_file": str(users_file(tmp_path)), "trace": True},
+        listeners=[{"sasl_mechanisms": ["PLAIN"], "require_auth": True}],
+        log_level="info",
+    )
+    ok("stats", "--url", r.url, *login("mon"))
+    retry(
+        lambda: any(
+            "sasl-init(mechanism=:PLAIN, initial_response=<" in t for *_, t in trace_lines(r)
+        ),
+        timeout=10,
+        message=lambda: f"no sasl-init traced:\n{log_text(r)[-3000:]}",
+    )
+    assert PASSWORDS["mon"] not in log_text(r)
+    assert any("sasl-outcome(code=0)" in t for *_, t in trace_lines(r))
