@@ -102,6 +102,11 @@ def main() -> None:
     is_flag=True,
     help="Offer SASL ANONYMOUS on client listeners that are not on loopback.",
 )
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Log every frame of every connection (module qrouter.trace, level trace).",
+)
 def start(
     config_file: str | None,
     listen: tuple[str, ...],
@@ -124,6 +129,7 @@ def start(
     write_buffer_low: int | None,
     allow_insecure_mesh: bool,
     allow_anonymous: bool,
+    trace: bool,
 ) -> None:
     """Run the router until SIGINT or SIGTERM."""
     try:
@@ -149,6 +155,7 @@ def start(
             write_buffer_low=write_buffer_low,
             allow_insecure_mesh=allow_insecure_mesh,
             allow_anonymous=allow_anonymous,
+            trace=trace,
         )
     except ConfigError as exc:
         _fail(str(exc))
@@ -157,6 +164,10 @@ def start(
     from router.log import setup_logging
 
     setup_logging(cfg.log_level, cfg.log_format, cfg.log_modules)
+    if cfg.trace:
+        from router.log import enable_trace
+
+        enable_trace()
     from router.server import run  # the server pulls in the Cython engine: import it last
 
     sys.exit(run(cfg))

@@ -32,7 +32,7 @@ CONNECTOR_MECHANISMS = ("ANONYMOUS", "PLAIN", "SCRAM-SHA-256", "EXTERNAL")
 EXTERNAL_USER = ("subject", "cn")  # EXTERNAL's user name: RFC 4514 subject DN, or its CN
 STORES = ("memory", "lmdb", "leveldb")
 STORE_SYNC = ("batched", "always")
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 LOG_FORMATS = ("text", "json")
 
 _UINT32_MAX = 2**32 - 1
@@ -174,6 +174,8 @@ class RouterConfig:
     # users-file users) admitted as routers; empty: any peer an inter-router listener admits
     mesh_identities: tuple[str, ...] = ()
     allow_insecure_mesh: bool = False  # an inter-router listener off loopback without TLS
+    # frame trace (docs/operations.md): log every frame of new connections on qrouter.trace
+    trace: bool = False
     source: str | None = None  # config file path, for messages
 
 
@@ -294,6 +296,7 @@ _TOP_KEYS = (
     "limits",
     "mesh_identities",
     "allow_insecure_mesh",
+    "trace",
     "log",
     "listener",
     "connector",
@@ -537,6 +540,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.mesh_identities = tuple(
             _want_str(f"mesh_identities[{i}]", item) for i, item in enumerate(value)
         )
+    if "trace" in doc:
+        cfg.trace = _want_bool("trace", doc["trace"])
     if "allow_insecure_mesh" in doc:
         cfg.allow_insecure_mesh = _want_bool("allow_insecure_mesh", doc["allow_insecure_mesh"])
     if "log" in doc:
@@ -618,6 +623,13 @@ def parse_metrics(value: str, key: str = "--metrics") -> str:
     except ConfigError as exc:
         raise ConfigError(exc.what, key=key) from None
     return value.strip()
+
+
+def connector_from_table(table: Mapping[str, Any], key: str = "connector") -> ConnectorConfig:
+    """One connector given as a table of ``[[connector]]`` keys (the management node's
+    CREATE): parsed and checked as a config file's would be, relative paths taken from the
+    current directory. Raises ConfigError."""
+    return _connector(key, table, None)
 
 
 def listener_from_table(table: Mapping[str, Any], key: str = "listener") -> ListenerConfig:
@@ -884,6 +896,7 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "write_buffer_high": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
     "write_buffer_low": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
     "allow_insecure_mesh": _want_bool,
+    "trace": _want_bool,
 }
 
 
@@ -937,7 +950,7 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
             name in ("listen", "address", "inter_router_listen", "limit") and not value
         ):
             continue
-        if name in ("allow_insecure_mesh", "allow_anonymous") and not value:
+        if name in ("allow_insecure_mesh", "allow_anonymous", "trace") and not value:
             continue  # a CLI flag that was not given
         if name == "allow_anonymous":
             given.add(name)

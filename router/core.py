@@ -181,6 +181,7 @@ class Core:
             conn.handshake_timeout = listener.handshake_timeout
         if listener.role == "inter-router" and self.mesh is not None:
             conn.open_properties = self.mesh.open_properties(connector.cost if connector else 1)
+        conn.trace = self.config.trace  # the frame trace (router/_fast/trace.pxi)
         self.connections.add(conn)
         return conn
 

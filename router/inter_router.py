@@ -104,6 +104,8 @@ class Mesh:
         self._touched: list[Link] = []
         self._check_scheduled = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._connector_tasks: dict[int, asyncio.Task[None]] = {}  # id(cc) -> its task
+        self._connect: Callable[[ConnectorConfig], Any] | None = None
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
         # control messages dropped because the router id they claim is not the peer's, or
@@ -127,8 +129,33 @@ class Mesh:
         and returns an awaitable that ends when it closes."""
         self.loop = asyncio.get_running_loop()
         self._tasks.append(self.loop.create_task(self._ticker()))
+        self._connect = connect
         for cc in self.core.config.connectors:
-            self._tasks.append(self.loop.create_task(self._connector(cc, connect)))
+            self.add_connector(cc)
+
+    def add_connector(self, cc: ConnectorConfig) -> None:
+        """Start a connector (at start, and for the management node's CREATE): it connects
+        now and reconnects with backoff while the router runs."""
+        assert self.loop is not None and self._connect is not None
+        task = self.loop.create_task(self._connector(cc, self._connect))
+        self._tasks.append(task)
+        self._connector_tasks[id(cc)] = task
+
+    def remove_connector(self, cc: ConnectorConfig) -> int:
+        """Stop a connector (management DELETE): no more reconnects, and its connection is
+        closed (amqp:connection:forced), which withdraws the routes through it (on_closed).
+        Returns the connections closed."""
+        task = self._connector_tasks.pop(id(cc), None)
+        if task is not None:
+            task.cancel()
+            if task in self._tasks:
+                self._tasks.remove(task)
+        closed = 0
+        for conn in list(self.core.connections):
+            if getattr(conn.handler, "connector", None) is cc and not conn.closed:
+                conn.close("amqp:connection:forced", "connector deleted by management")
+                closed += 1
+        return closed
 
     def stop(self) -> None:
         self._stopping = True

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 ROOT = "qrouter"
-LEVELS = ("critical", "error", "warning", "info", "debug")
+LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -83,6 +83,17 @@ def setup_logging(
     root.addHandler(handler)
     root.propagate = False
     return root
+
+
+TRACE = 5  # below DEBUG: the frame trace (router/_fast/trace.pxi)
+logging.addLevelName(TRACE, "TRACE")
+TRACE_LOGGER = "qrouter.trace"
+
+
+def enable_trace() -> None:
+    """Let the frame trace's records through: ``qrouter.trace`` at TRACE, whatever the
+    router's level (connections still trace only when their flag is set)."""
+    logging.getLogger(TRACE_LOGGER).setLevel(TRACE)
 
 
 def tag(conn: int | None = None, link: int | None = None, delivery: int | None = None) -> str:

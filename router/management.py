@@ -34,7 +34,7 @@ from router import __version__
 from router._fast.codec import UByte
 from router._fast.engine import error_value, source_value, target_value
 from router.addresses import AddressEntry
-from router.config import ConfigError, ListenerConfig, listener_from_table
+from router.config import ConfigError, ListenerConfig, connector_from_table, listener_from_table
 from router.log import tag
 from router.management_replies import ReplyBound
 from router.message import DecodeError, Message, decode_leading, decode_message, encode_message
@@ -167,6 +167,7 @@ class ManagementNode:
         self.core = core
         self.listeners: ListenerControl | None = None  # set by the server
         self.created_entries: set[tuple[str, str]] = set()  # address entries made at run time
+        self.connector_names: dict[int, str] = {}  # id(ConnectorConfig) -> name given by CREATE
         self.started = time.time()
         self.requests = 0
         self.bad_requests = 0  # requests that did not decode
@@ -180,6 +181,8 @@ class ManagementNode:
                     "router",
                     ROUTER_ATTRIBUTES,
                     lambda: [self.router_row()],
+                    _ops("UPDATE"),
+                    update=self.update_router,
                     doc="this router: identity, version, counts, store",
                 ),
                 EntityType(
@@ -197,7 +200,7 @@ class ManagementNode:
                     self.connector_rows,
                     _ops("CREATE", "DELETE"),
                     create=self.create_connector,
-                    delete=self.create_connector,
+                    delete=self.delete_connector,
                     doc="outgoing inter-router connections ([[connector]] in the config)",
                 ),
                 EntityType(
@@ -220,7 +223,8 @@ class ManagementNode:
                     "connection",
                     CONNECTION_ATTRIBUTES,
                     self.connection_rows,
-                    _ops("DELETE"),
+                    _ops("UPDATE", "DELETE"),
+                    update=self.update_connection,
                     delete=self.delete_connection,
                     doc="open AMQP connections",
                 ),
@@ -641,6 +645,7 @@ class ManagementNode:
             "management_replies_refused": self.replies.refused,
             "decode_errors": self.core.engine.n_decode_errors,
             **_login_counters(self.core),
+            "trace": bool(cfg.trace),
         }
 
     # -- listeners -----------------------------------------------------------------------------
@@ -738,7 +743,7 @@ class ManagementNode:
                 (c for c in self.core.connections if getattr(c.handler, "connector", None) is cc),
                 None,
             )
-            name = f"{cc.host}:{cc.port}"
+            name = self.connector_names.get(id(cc), f"{cc.host}:{cc.port}")
             rows.append(
                 {
                     "identity": f"connector/{i}",
@@ -753,12 +758,73 @@ class ManagementNode:
             )
         return rows
 
-    def create_connector(self, *_args: Any) -> Reply:
-        # the mesh's connector tasks are started with the router (router/inter_router.py);
-        # opening and closing one at run time needs an API there first
-        raise ManagementError(
-            501, "connectors are configured with [[connector]]; run-time changes are not there yet"
-        )
+    def create_connector(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        """CREATE connector: an inter-router connector ([[connector]] keys) that starts
+        connecting at once, with the configured ones' reconnect backoff."""
+        mesh = getattr(self.core, "mesh", None)  # router/inter_router.py Mesh
+        if mesh is None or getattr(mesh, "loop", None) is None:
+            raise ManagementError(
+                501, "this router is not in a mesh (no inter-router listener or connector at start)"
+            )
+        settings = {k: v for k, v in attrs.items() if k not in ("name", "identity", "type", "role")}
+        if attrs.get("role", "inter-router") != "inter-router":
+            raise ManagementError(400, "connectors are inter-router only (role inter-router)")
+        try:
+            cc = connector_from_table(settings)
+        except ConfigError as exc:
+            raise ManagementError(400, str(exc)) from None
+        name = name or f"{cc.host}:{cc.port}"
+        if any(row["name"] == name for row in self.connector_rows()):
+            raise ManagementError(409, f"a connector named {name!r} exists")
+        self.connector_names[id(cc)] = name
+        self.core.config.connectors.append(cc)
+        mesh.add_connector(cc)
+        log.info("connector %r to %s:%d created by management", name, cc.host, cc.port)
+        return Response(201, "Created", self._connector_row(name))
+
+    def delete_connector(self, row: dict[str, Any]) -> Reply:
+        """DELETE connector: it stops reconnecting and its connection is closed, which
+        withdraws the routes through it."""
+        mesh = getattr(self.core, "mesh", None)
+        connectors = self.core.config.connectors
+        index = int(str(row["identity"]).rpartition("/")[2])
+        if mesh is None or not 0 <= index < len(connectors):
+            raise ManagementError(404, f"no connector {row['identity']!r}")
+        cc = connectors.pop(index)
+        self.connector_names.pop(id(cc), None)
+        closed = mesh.remove_connector(cc)
+        log.info("connector %r deleted by management (%d connection closed)", row["name"], closed)
+        return Response(204, "No Content")
+
+    def _connector_row(self, name: str) -> dict[str, Any]:
+        for row in self.connector_rows():
+            if row["name"] == name:
+                return row
+        raise ManagementError(404, f"no connector named {name!r}")
+
+    # -- frame trace (router/_fast/trace.pxi) --------------------------------------------------
+
+    def update_router(self, row: dict[str, Any], attrs: dict[str, Any]) -> Reply:
+        """UPDATE router ``trace``: trace the frames of connections opened from now on."""
+        unknown = sorted(str(k) for k in attrs if k not in ("trace", "name", "identity", "type"))
+        if unknown or "trace" not in attrs:
+            raise ManagementError(400, f"only 'trace' can be updated (got {unknown or 'none'})")
+        self.core.config.trace = _trace_flag(attrs["trace"])
+        log.info("frame trace of new connections %s by management", _on(self.core.config.trace))
+        return Response(200, "OK", self.router_row())
+
+    def update_connection(self, row: dict[str, Any], attrs: dict[str, Any]) -> Reply:
+        """UPDATE connection ``trace``: trace (or stop tracing) this connection's frames."""
+        unknown = sorted(str(k) for k in attrs if k not in ("trace", "name", "identity", "type"))
+        if unknown or "trace" not in attrs:
+            raise ManagementError(400, f"only 'trace' can be updated (got {unknown or 'none'})")
+        on = _trace_flag(attrs["trace"])
+        for conn in self.core.connections:
+            if str(conn.conn_id) == row["identity"]:
+                conn.trace = on
+                log.info("%s frame trace %s by management", tag(conn.conn_id), _on(on))
+                return Response(200, "OK", {**row, "trace": on})
+        raise ManagementError(404, f"no connection {row['identity']!r}")
 
     # -- address entries -----------------------------------------------------------------------
 
@@ -912,6 +978,7 @@ class ManagementNode:
                     # backpressure: its write buffer is full now; times it filled
                     "write_paused": bool(conn.write_paused),
                     "write_pauses": conn.n_write_pauses,
+                    "trace": bool(conn.trace),
                 }
             )
         return rows
@@ -1130,6 +1197,7 @@ ROUTER_ATTRIBUTES = (
     "store_available", "store_commit_failures", "management_requests",
     "management_bad_requests", "management_replies_refused", "decode_errors", "logins_failed",
     "logins_delayed", "logins_refused", "logins_pending",
+    "trace",
 )  # fmt: skip
 LISTENER_ATTRIBUTES = (
     "identity", "name", "host", "port", "bound", "role", "tls", "require_client_cert",
@@ -1150,7 +1218,7 @@ ROUTER_ADDRESS_ATTRIBUTES = (
 CONNECTION_ATTRIBUTES = (
     "identity", "name", "container", "host", "user", "tls", "role", "listener", "opened",
     "closed", "sessions", "links", "bytes_in", "bytes_out", "frames_in", "write_paused",
-    "write_pauses",
+    "write_pauses", "trace",
 )  # fmt: skip
 LINK_ATTRIBUTES = (
     "identity", "name", "connection", "container", "direction", "address", "durable",
@@ -1184,6 +1252,22 @@ def _is_message_id(v: Any) -> bool:
     if isinstance(v, int) and not isinstance(v, bool):
         return 0 <= v < 1 << 64
     return isinstance(v, uuid.UUID | bytes | str)
+
+
+def _trace_flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ManagementError(400, f"trace must be true or false, not {_clip(value)}")
+
+
+def _on(flag: bool) -> str:
+    if flag:
+        from router.log import enable_trace
+
+        enable_trace()  # the records pass the qrouter.trace logger whatever the log level
+    return "on" if flag else "off"
 
 
 def _attributes(body: Any) -> dict[str, Any]:

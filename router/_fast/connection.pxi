@@ -81,6 +81,8 @@ cdef class Connection:
     # backpressure.pxi: the transport's write buffer is above its high-water mark
     cdef readonly bint write_paused
     cdef readonly int64_t n_write_pauses
+    # trace.pxi: log every frame read and written (qrouter.trace); set per connection
+    cdef public bint trace
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -215,6 +217,8 @@ cdef class Connection:
         if self.d_pending:
             self.flush_disp()
         self.dirty = False
+        if self.trace:
+            trace_out(self)
         return self.out.take()
 
     def connection_lost(self):
@@ -290,6 +294,8 @@ cdef class Connection:
         if self.d_pending:
             self.flush_disp()
         if self.out.length and self.transport is not None:
+            if self.trace:
+                trace_out(self)
             self.bytes_out += self.out.length
             self.last_write = monotonic()
             self.transport.write(self.out.take())
@@ -533,6 +539,8 @@ cdef class Connection:
                         self.bad_header()
                         return n
                     return pos
+                if self.trace:
+                    trace_in(self, p + pos, 8)
                 self.on_header(p + pos)
                 pos += 8
                 continue
@@ -554,6 +562,8 @@ cdef class Connection:
             if doff < 2 or <uint32_t>doff * 4 > size:
                 raise ProtocolError("amqp:connection:framing-error", f"bad data offset {doff}")
             self.frames_in += 1
+            if self.trace:
+                trace_in(self, p + pos, size)
             if size > <uint32_t>doff * 4:          # an empty frame is a heartbeat (2.4.5)
                 if jb is not None:
                     jb.frame_ns = -1                # journal: its rows share a clock reading

@@ -22,7 +22,7 @@ from router._fast.codec cimport (
     r_uint, r_value,
 )
 from router._fast.codec import (
-    DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, encode, symbol_array,
+    Array, DecodeError, Described, Symbol, UByte, UInt, ULong, UShort, decode, encode, symbol_array,
 )
 from router._fast.constants cimport *
 
@@ -49,3 +49,4 @@ include "router.pxi"
 include "durable.pxi"
 include "journal.pxi"
 include "backpressure.pxi"
+include "trace.pxi"

@@ -103,11 +103,15 @@ def test_create_a_pattern_entry(router: Any, blocking: Any) -> None:
     assert rows["sensors.kitchen.alerts"]["distribution"] == "closest"
 
 
-def test_connectors_are_not_created_at_run_time_yet(router: Any) -> None:
+def test_a_connector_needs_a_mesh(router: Any) -> None:
+    """Connectors are created at run time only on a router of a mesh (one with an
+    inter-router listener or connector); tests/mesh_system/test_runtime_connector.py has
+    the rest."""
     r = router()
     assert ok("manage", "query", "--type", "connector", "--url", r.url, "--json").json() == []
     result = run_tool("manage", "create", "--type", "connector", "--name", "c1", "--url", r.url)
     assert result.returncode == 1 and "501" in result.stderr
+    assert "not in a mesh" in result.stderr
 
 
 def send_through(sender: Any, consumer: Any, body: str, also: Sequence[Any] = ()) -> None:
