@@ -316,8 +316,12 @@ class ManagementNode:
             return
         delivery.update(0x24)  # 3.4.2 accepted (and settled)
         reply_to = request.reply_to
-        if not reply_to:
-            log.warning("%s management request without reply-to: dropped", tag(link.conn.conn_id))
+        if not reply_to or not isinstance(reply_to, str):
+            # 3.2.4: reply-to is an address (a string); without one nobody hears the answer
+            log.warning(
+                "%s management request without a reply-to address: dropped",
+                tag(link.conn.conn_id),
+            )
             return
         correlation = (
             request.message_id if request.message_id is not None else (request.correlation_id)

@@ -171,9 +171,24 @@ def message(data: bytes) -> None:
 # --- $management -------------------------------------------------------------------------------
 
 
+class _FakeHandler:
+    """An anonymous client on a loopback listener of a router without users: the embedded
+    default's admin (router/policy.py), so every operation is reached."""
+
+    listener = None
+
+    def __init__(self) -> None:
+        from router.policy import ConnInfo
+
+        self.info = ConnInfo(0, None, "127.0.0.1", "127.0.0.1", False)
+
+
 class _FakeConn:
     conn_id = 0
     user = None
+    transport = None
+    write_paused = False
+    handler = _FakeHandler()
 
 
 class _FakeLink:
