@@ -1023,7 +1023,8 @@ def main(argv: list[str] | None = None) -> int:
         if row:
             bench.rows.append(row)
     title = describe(cfg)
-    print_table(bench.rows, title, args.markdown)
+    if bench.rows or names != ["sweep"]:  # the sweep prints its own table
+        print_table(bench.rows, title, args.markdown)
     print(f"router logs: {logs}", file=sys.stderr)
     if args.json:
         rows = [asdict(r) | {"us_per_msg": r.us_per_msg} for r in bench.rows]

@@ -105,6 +105,7 @@ def sweep(b: Bench, m: ModuleType) -> None:
                 print(f"… sweep {rate:,}/s done", flush=True)
     except m.BenchError as e:
         print(f"sweep failed: {e}")
+    print(f"\n{m.describe(cfg)}")
     print_sweep(points, maxima)
     plot(points, plot_path)
 
@@ -116,7 +117,7 @@ def print_sweep(points: list[Point], maxima: dict[str, float]) -> None:
     head = ["rate msg/s", "direct p50/p90/p99/p99.9"]
     for k in KINDS[1:]:
         head += [f"{k} p50/p90/p99/p99.9", f"{k} × direct p50/p99", f"{k} CPU µs/msg"]
-    print("\nlatency sweep (µs, one-way, unsettled; median run by p99)")
+    print("latency sweep (µs, one-way, unsettled; median run by p99)")
     if maxima:
         print("maxima msg/s: " + ", ".join(f"{k} {v:,.0f}" for k, v in maxima.items()))
     print("| " + " | ".join(head) + " |")
