@@ -21,10 +21,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("qrouter.server")
 
+# A read this small means light traffic: its output (a burst of messages, a disposition) is
+# written at once instead of at the loop iteration's flush, so that it does not wait behind
+# the other connections read in the same iteration. Under load reads are larger and output
+# stays one write per connection per iteration (docs/performance.md, latency).
+FLUSH_NOW_BYTES = 2048
+
 
 class AmqpProtocol(asyncio.Protocol):
     """Bytes in: `Connection.feed`. Bytes out: the engine writes to the transport once per
-    loop iteration (`Router.flush`, scheduled with `loop.call_soon`)."""
+    loop iteration (`Router.flush`, scheduled with `loop.call_soon`), or at once after a
+    small read (FLUSH_NOW_BYTES)."""
 
     __slots__ = ("core", "listener", "conn", "timer", "tick_remote")
 
@@ -63,6 +70,8 @@ class AmqpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         assert self.conn is not None
         self.conn.feed(data)
+        if len(data) <= FLUSH_NOW_BYTES:
+            self.core.engine.flush()
         if self.conn.remote_idle_timeout_ms != self.tick_remote:
             self._schedule_tick()  # the peer's OPEN told its idle-time-out
 

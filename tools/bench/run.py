@@ -73,6 +73,7 @@ class Run:
     p90: int
     p99: int
     router_cpu_s: float | None = None
+    p999: int = 0
 
 
 @dataclass
@@ -348,6 +349,7 @@ def run_load(
         p50=int(worst["p50"]),
         p90=int(worst["p90"]),
         p99=int(worst["p99"]),
+        p999=int(worst.get("p99.9", 0)),
     )
 
 
@@ -741,6 +743,15 @@ def latency(b: Bench) -> Row:
     return row
 
 
+def sweep(b: Bench) -> None:
+    """Latency across the load range, one hop and two hops beside direct (sweep.py)."""
+    import importlib
+
+    importlib.import_module(f"{__package__}.sweep" if __package__ else "sweep").sweep(
+        b, sys.modules[__name__]
+    )
+
+
 def idle_connections(b: Bench) -> Row:
     n = b.cfg.idle_n
     try:
@@ -882,6 +893,7 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "mesh-exactly-once": pubsub("exactly-once"),
     "mesh-exactly-once-lmdb": pubsub("exactly-once", "lmdb"),
     "latency": latency,
+    "sweep": sweep,
     "idle-conn": idle_connections,
     "idle-link": idle_links,
     "idle10k": idle10k,
@@ -971,7 +983,9 @@ def describe(cfg: Config) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument(
-        "--scenarios", default="all", help=f"comma-separated, or all: {', '.join(SCENARIOS)}"
+        "--scenarios",
+        default="all",
+        help=f"comma-separated, or all (but sweep): {', '.join(SCENARIOS)}",
     )
     p.add_argument("--count", type=int, default=200_000, help="messages per run")
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
@@ -983,7 +997,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the rows to this file")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = p.parse_args(argv)
-    names = list(SCENARIOS) if args.scenarios == "all" else args.scenarios.split(",")
+    every = [n for n in SCENARIOS if n != "sweep"]  # the sweep takes minutes: only when named
+    names = every if args.scenarios == "all" else args.scenarios.split(",")
     if unknown := [n for n in names if n not in SCENARIOS]:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     # 10,000 connections need 10,000 descriptors in the router, which inherits this limit
@@ -1008,7 +1023,8 @@ def main(argv: list[str] | None = None) -> int:
         if row:
             bench.rows.append(row)
     title = describe(cfg)
-    print_table(bench.rows, title, args.markdown)
+    if bench.rows or names != ["sweep"]:  # the sweep prints its own table
+        print_table(bench.rows, title, args.markdown)
     print(f"router logs: {logs}", file=sys.stderr)
     if args.json:
         rows = [asdict(r) | {"us_per_msg": r.us_per_msg} for r in bench.rows]

@@ -1,0 +1,33 @@
+"""The latency sweep's rate ladder and table (tools/bench/sweep.py): the parts that need no
+router (the sweep itself is a benchmark, run by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from qrouter_tools.bench.sweep import Point, print_sweep, rates
+
+
+def test_ladder_stops_at_80_percent_of_the_maximum() -> None:
+    assert rates(200_000) == [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 160_000]
+    assert rates(60_000) == [1_000, 2_000, 5_000, 10_000, 20_000, 48_000]
+    # the cap (104k) is within 20% of the last step: not run twice
+    assert rates(130_000) == [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000]
+    assert rates(30_000) == [1_000, 2_000, 5_000, 10_000, 20_000]  # 24k: within 20%
+
+
+def test_ladder_of_a_router_slower_than_the_first_rate_is_empty() -> None:
+    assert rates(1_000) == []
+
+
+def test_table_has_ratios_to_direct_and_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    points = [
+        Point("direct", 2_000, 40, 60, 100, 200, None),
+        Point("one hop", 2_000, 60, 90, 150, 300, 20.0),
+        Point("two hops", 2_000, 80, 120, 300, 600, 41.5),
+    ]
+    print_sweep(points, {"direct": 900_000.0})
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 2,000")]
+    assert row == [
+        "| 2,000 | 40 / 60 / 100 / 200 | 60 / 90 / 150 / 300 | 1.50 / 1.50 | 20.0 "
+        "| 80 / 120 / 300 / 600 | 2.00 / 3.00 | 41.5 |"
+    ]
