@@ -358,3 +358,19 @@ cdef bint hold_output(Router r, Connection c) except -1:
                 r.held.append(c)
                 return True
     return False
+
+
+cdef int resume_credit(Link link) except -1:
+    """A resuming durable producer (2.6.13) must send again the deliveries the router holds
+    and its unsettled map named: credit for that many, whatever the consumers have to spare.
+    Such a transfer re-binds to the held delivery (resume_inbound) and needs no consumer
+    credit; the consumers' may all be taken by the router's own resumed deliveries. Bounded:
+    the map came in one ATTACH frame."""
+    cdef int64_t n = len(link.resumable) if link.resumable else 0
+    if n <= link.credit or link.state != LINK_ATTACHED:
+        return 0
+    link.credit = n
+    link.revoked = 0
+    link.credit_changed()
+    link.conn.write_flow(link.session, link, False)
+    return 0

@@ -104,9 +104,7 @@ def test_uamqp_sees_a_rejection(tls_router: Any, blocking: Any, certs: Certs) ->
     assert "not this one" in str(response.description), response
 
 
-def test_uamqp_sender_to_unavailable_address_fails(
-    router: Any, certs: Certs, tmp_path: Any
-) -> None:
+def test_uamqp_sender_to_unavailable_address_fails(router: Any, certs: Certs) -> None:
     from uamqp.errors import AMQPConnectionError, LinkDetach, MessageException
 
     r = router(listeners=[tls_listener(certs)], addresses={"amqps://127.0.0.1": "unavailable"})
