@@ -513,7 +513,7 @@ class ConnectionHandler:
         link.attach(
             {
                 "snd_settle_mode": _mode(fields.get("snd_settle_mode"), 2),
-                "rcv_settle_mode": _mode(fields.get("rcv_settle_mode"), 0),
+                "rcv_settle_mode": _producer_rcv_mode(fields, target, t.durable),
                 "source": source_value(source) if isinstance(source, dict) else None,
                 "target": target_value(_reply_terminus(t, address)),
                 "max_message_size": ULong(max_size) if max_size > 0 else None,  # 2.7.3: a ulong
@@ -667,6 +667,18 @@ def _reply_terminus(t: Terminus, address: str | None) -> dict[str, Any]:
     reply["expiry_policy"] = Symbol(t.expiry_policy)
     reply["timeout"] = UInt(int(t.timeout))
     return reply
+
+
+def _producer_rcv_mode(fields: dict[str, Any], target: Any, stored: int) -> UByte:
+    """The rcv-settle-mode the router grants a producer (2.7.3: the receiver's ATTACH states
+    the mode it uses; the sender may detach if it cannot live with it). *second* (3.8.3) only
+    when the producer's target asks for durable unsettled-state (3.5.5; a null target: the
+    stored terminus has it), i.e. a sender that keeps its deliveries' state and resumes them
+    (2.6.13). Anywhere else the router settles its outcome at once, as Qpid Dispatch does: a
+    client that asks for *second* but never settles first (uAMQP) sees its sends complete."""
+    asked = _mode(fields.get("rcv_settle_mode"), 0)
+    durable = target.get("durable") if isinstance(target, dict) else stored
+    return asked if durable == 2 else UByte(0)
 
 
 def _mode(value: Any, default: int) -> UByte:

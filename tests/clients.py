@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proton import Condition, Delivery, Endpoint, Event, Link, Message
+from proton import Condition, Delivery, Endpoint, Event, Link, Message, Terminus
 from proton import Handler as ProtonHandler
 from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
@@ -185,6 +185,15 @@ class RcvSettleSecond(LinkOption):  # type: ignore[misc]
 
     def apply(self, link: Link) -> None:
         link.rcv_settle_mode = Link.RCV_SECOND
+
+
+class DurableTarget(LinkOption):  # type: ignore[misc]
+    """A target with durable unsettled-state that never expires (§3.5.5, §3.5.6): the
+    router's terminus for a producer that resumes (§2.6.13)."""
+
+    def apply(self, link: Link) -> None:
+        link.target.durability = Terminus.DELIVERIES
+        link.target.expiry_policy = Terminus.EXPIRE_NEVER
 
 
 class SndUnsettled(LinkOption):  # type: ignore[misc]

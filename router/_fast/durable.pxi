@@ -358,3 +358,27 @@ cdef bint hold_output(Router r, Connection c) except -1:
                 r.held.append(c)
                 return True
     return False
+
+
+cdef int resume_credit(Link link) except -1:
+    """A resuming durable producer (2.6.13) must send again the deliveries the router holds
+    and its unsettled map named: credit for those already copied to a consumer or with an
+    outcome, whatever the consumers have to spare. Such a transfer re-binds to the held
+    delivery (resume_inbound) and takes no consumer credit, while the consumers' may all go
+    to the router's own resumed copies. One held but never copied goes out as new on its
+    resume: the consumers' credit covers it (Address.grant). Bounded: the map came in one
+    ATTACH frame."""
+    cdef int64_t n = 0
+    cdef Delivery d
+    if not link.resumable or link.state != LINK_ATTACHED:
+        return 0
+    for d in link.resumable.values():
+        if d.out is not None or d.copies is not None or d.outcome_sent:
+            n += 1
+    if n <= link.credit:
+        return 0
+    link.credit = n
+    link.revoked = 0
+    link.credit_changed()
+    link.conn.write_flow(link.session, link, False)
+    return 0

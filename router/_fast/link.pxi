@@ -256,6 +256,7 @@ cdef class Link:
         """A resumed durable producer link: deliveries the router holds, by tag; a transfer
         with one of these tags re-binds to it instead of being routed again (2.6.13)."""
         self.resumable = held if held else None
+        resume_credit(self)
 
     def resend(self, Delivery out not None, bint resume, bint with_payload, bytes state=None,
                bint settled=False):

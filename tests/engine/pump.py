@@ -471,11 +471,15 @@ class Peer:
         name: str = "sender",
         *,
         session: proton.Session | None = None,
+        target_durable: int = 0,
         **modes: Any,
     ) -> proton.Sender:
+        """target_durable: the target's durability (3.5.5); 2 (unsettled-state) is what the
+        router wants before it grants rcv-settle-mode second (docs/client.md)."""
         snd = (session or self.session()).sender(name)
         if address is not None:
             snd.target.address = address
+        snd.target.durability = target_durable
         for k, v in modes.items():
             setattr(snd, k, v)
         snd.open()

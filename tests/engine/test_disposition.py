@@ -31,11 +31,11 @@ def core():  # type: ignore[no-untyped-def]
     return make_core()
 
 
-def _pair(core, address: str, credit: int = 20, **modes: Any):  # type: ignore[no-untyped-def]
+def _pair(core, address: str, credit: int = 20, durable: int = 0, **modes: Any):  # type: ignore[no-untyped-def]
     consumer = Peer(core, container="consumer")
     rcv = consumer.receiver(address, credit=credit, **modes)
     producer = Peer(core, container="producer")
-    snd = producer.sender(address, **modes)
+    snd = producer.sender(address, target_durable=durable, **modes)
     pump(consumer, producer)
     return consumer, rcv, producer, snd
 
@@ -227,7 +227,8 @@ def test_exactly_once(core) -> None:  # type: ignore[no-untyped-def]
     """2.8.3 rcv-settle-mode second / 3.8.3: the consumer's ACCEPTED reaches the producer
     unsettled; the producer settles; only then does the consumer see the settlement."""
     modes = {"rcv_settle_mode": Link.RCV_SECOND}
-    consumer, rcv, producer, snd = _pair(core, "eo", **modes)
+    # the router grants second to a producer whose target keeps unsettled state
+    consumer, rcv, producer, snd = _pair(core, "eo", durable=2, **modes)
     assert snd.remote_rcv_settle_mode == Link.RCV_SECOND
     assert rcv.remote_rcv_settle_mode == Link.RCV_SECOND
     d = send(snd, "once")

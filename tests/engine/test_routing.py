@@ -231,7 +231,7 @@ def test_exactly_once_end_to_end_over_many(core) -> None:  # type: ignore[no-unt
     consumer = Peer(core)
     rcv = consumer.receiver("eo-many", credit=50, rcv_settle_mode=Link.RCV_SECOND)
     producer = Peer(core)
-    snd = producer.sender("eo-many", rcv_settle_mode=Link.RCV_SECOND)
+    snd = producer.sender("eo-many", target_durable=2, rcv_settle_mode=Link.RCV_SECOND)
     pump(consumer, producer)
     sent = [send(snd, i) for i in range(50)]
     pump(consumer, producer)

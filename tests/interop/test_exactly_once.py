@@ -5,6 +5,10 @@ outcome unsettled and settles only after the sender has settled. Through the
 router: the consumer ACCEPTs without settling; the producer sees ACCEPTED while
 the delivery is still unsettled at the router, settles it; the router then
 settles toward the consumer, which sees the settlement.
+
+The router grants a producer *second* only for a target with durable
+unsettled-state (docs/client.md, "Settlement modes"): a producer asking for it
+on a terminus that dies with its link gets *first*, a settled outcome.
 """
 
 from __future__ import annotations
@@ -13,15 +17,23 @@ from typing import Any
 
 from proton import Delivery, Link
 
-from tests.clients import Handler, RcvSettleSecond, SndUnsettled, numbered, run_container
+from tests.clients import (
+    DurableTarget,
+    Handler,
+    RcvSettleSecond,
+    SndUnsettled,
+    numbered,
+    run_container,
+)
 
 COUNT = 100
 
 
 class ExactlyOnce(Handler):
-    def __init__(self, url: str, address: str, count: int) -> None:
+    def __init__(self, url: str, address: str, count: int, durable: bool = True) -> None:
         super().__init__(prefetch=20, auto_accept=False, auto_settle=False)
         self.url, self.address, self.count = url, address, count
+        self.durable = durable
         self.sender: Any = None
         self.receiver: Any = None
         self.sent = 0
@@ -48,8 +60,11 @@ class ExactlyOnce(Handler):
     def on_link_opened(self, event: Any) -> None:
         if event.receiver and self.sender is None:
             conn = self.connect(event.container, self.url)
+            options = [SndUnsettled(), RcvSettleSecond()]
+            if self.durable:
+                options.append(DurableTarget())
             self.sender = event.container.create_sender(
-                conn, self.address, name="eo-out", options=[SndUnsettled(), RcvSettleSecond()]
+                conn, self.address, name="eo-out", options=options
             )
 
     def on_sendable(self, event: Any) -> None:
@@ -108,3 +123,15 @@ def test_exactly_once_link_end_to_end(router: Any) -> None:
     )
     assert h.accepted_unsettled == COUNT
     assert h.consumer_saw_settle == COUNT, "producer's settlement did not reach the consumer"
+
+
+def test_second_refused_for_a_terminus_that_cannot_resume(router: Any) -> None:
+    """A producer asking for *second* on a non-durable target (as uAMQP's senders do) is
+    granted *first* (2.7.3): its outcomes arrive settled and nothing waits on it to settle."""
+    r = router()
+    h = run_container(ExactlyOnce(r.url, "eo/plain", COUNT, durable=False), timeout=30)
+    assert h.sender.remote_rcv_settle_mode == Link.RCV_FIRST
+    assert h.received == list(range(COUNT))
+    assert h.not_accepted == 0
+    assert h.settled_early == COUNT, "outcomes must arrive settled under mode first"
+    assert h.consumer_saw_settle == COUNT
