@@ -324,6 +324,7 @@ def compute(
             F.min_by("address", "time_ns").alias("address"),
             F.min_by("tag", "time_ns").alias("tag"),
             F.min_by("link", "time_ns").alias("origin_link"),
+            F.min_by("connection", "time_ns").alias("origin_connection"),
             F.count(F.lit(1)).alias("publishes"),
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
@@ -523,7 +524,8 @@ def _edge_round_trip(F: Any, ev: Any, ingress: Any) -> tuple[list[Any], list[Any
     """The round trip as the publisher's router sees it, per publish: its `received` on the
     publisher's link -> the first row on that link that carries the outcome going back to the
     publisher (`outcome`, or `settled` with an outcome). Both times are that router's clock,
-    so no clock synchronisation is involved. Pre-settled publishes have no outcome: none."""
+    so no clock synchronisation is involved. Pre-settled publishes have no outcome: none.
+    The link is named by its connection too: two clients may give their links one name."""
     back = (
         ev.filter(
             ~F.col("ir") & F.col("outcome").isNotNull() & F.col("event").isin("outcome", "settled")
@@ -532,14 +534,17 @@ def _edge_round_trip(F: Any, ev: Any, ingress: Any) -> tuple[list[Any], list[Any
             "origin",
             F.col("router").alias("origin_router"),
             F.col("link").alias("origin_link"),
+            F.col("connection").alias("origin_connection"),
             "time_ns",
         )
-        .groupBy("origin", "origin_router", "origin_link")
+        .groupBy("origin", "origin_router", "origin_link", "origin_connection")
         .agg(F.min("time_ns").alias("t_back"))
     )
     rtt = (
-        ingress.select("origin", "origin_router", "origin_link", "address", "t0")
-        .join(back, ["origin", "origin_router", "origin_link"])
+        ingress.select(
+            "origin", "origin_router", "origin_link", "origin_connection", "address", "t0"
+        )
+        .join(back, ["origin", "origin_router", "origin_link", "origin_connection"])
         .withColumn("latency", F.col("t_back") - F.col("t0"))
         .persist()
     )
