@@ -80,12 +80,21 @@ def test_cli_audit_of_a_mesh_reports_the_known_numbers(
         )
         assert a["credit_stalls"] == {"count": 4, "total_ns": 16_000_000, "max_ns": 4_000_000}
         lo, hi = mesh.latency_bounds[name]
-        lat = a["latency"]
+        lat = a["in_router_latency"]
         assert lat["count"] == 4000  # one per (delivery, subscriber)
         assert lo <= lat["min_ns"] <= lat["p50_ns"] <= lat["p90_ns"] <= lat["p99_ns"]
         assert lat["p99_ns"] <= lat["max_ns"] <= hi
         # Subscribers 0, 1 or 2 hops away: 200, 500 or 800 us (+- jitter).
         assert abs(lat["max_ns"] - (3 * TRANSIT + 2 * WIRE)) <= JITTER
+        # The round trip at the publisher's router: every publish with its outcome back (the
+        # unsettled ones have none), as long as its farthest subscriber's answer takes.
+        lo, hi = mesh.round_trip_bounds[name]
+        rtt = a["edge_round_trip"]
+        assert rtt["count"] == 2000 - sum(
+            1 for o in mesh.unsettled if o.startswith(f"pubc-{name[-1]}-")
+        )
+        assert lo <= rtt["min_ns"] <= rtt["p50_ns"] <= rtt["p99_ns"] <= rtt["max_ns"] <= hi
+        assert rtt["min_ns"] > lat["min_ns"]  # the outcome comes after the delivery went out
         # Two publishers at 500/s for 2 s: 1000 published in each 1 s bucket.
         thr = [r for r in summary["throughput"]["by_address"] if r["address"] == name]
         assert [(r["second"], r["published"]) for r in thr] == [(0, 1000), (1, 1000)]
@@ -102,6 +111,9 @@ def test_cli_audit_of_a_mesh_reports_the_known_numbers(
     for r in summary["by_router"]:
         t = r["transit_latency"]
         assert TRANSIT - JITTER <= t["min_ns"] <= t["max_ns"] <= TRANSIT + JITTER
+    # each publish's round trip is counted at its publisher's router (all three have some)
+    rtts = [r["edge_round_trip"]["count"] for r in summary["by_router"]]
+    assert all(rtts) and sum(rtts) == 4000 - len(mesh.unsettled)
     assert sum(r["events"].get("released-back", 0) for r in summary["by_router"]) == 2
 
     assert summary["unsettled"]["count"] == 3

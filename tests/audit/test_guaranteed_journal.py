@@ -117,5 +117,5 @@ def test_mesh_journals_join_by_origin_for_plain_addresses(
     )
     (a,) = [x for x in summary["by_address"] if x["address"] == "queue"]
     assert (a["published"], a["delivered"]) == (n, n)
-    assert a["latency"]["count"] == n, "every delivery on B joins its publish on A"
+    assert a["in_router_latency"]["count"] == n, "every delivery on B joins its publish on A"
     assert summary["unsettled"]["count"] == 0

@@ -77,9 +77,12 @@ def test_router_journal_audited(router: Any, spark: Any, tmp_path: Path) -> None
     assert a["delivered"] == N - want["released"]
     assert {k: v for k, v in a["outcomes"].items() if v} == want
     assert {k: v for k, v in a["publisher_outcomes"].items() if v} == want
-    lat = a["latency"]
+    lat = a["in_router_latency"]
     assert N - want["released"] <= lat["count"] <= N
     assert 0 < lat["min_ns"] <= lat["p50_ns"] <= lat["p99_ns"] <= lat["max_ns"] <= elapsed_ns
+    rtt = a["edge_round_trip"]  # every publish got its outcome back, released ones too
+    assert rtt["count"] == N
+    assert 0 < rtt["min_ns"] <= rtt["p50_ns"] <= rtt["p99_ns"] <= rtt["max_ns"] <= elapsed_ns
     assert summary["unsettled"]["count"] == 0
     out = tmp_path / "out"
     assert (out / "report.html").stat().st_size > 1000

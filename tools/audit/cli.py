@@ -58,8 +58,9 @@ def audit_command(
 ) -> None:
     """Audit delivery journals (one directory per router) with Spark.
 
-    Reports per address and router: throughput, end-to-end and per-hop latency, outcomes,
-    credit stalls, unsettled deliveries, and a verdict for every address with a guarantee.
+    Reports per address and router: throughput, latency (in-router, per hop, and the round
+    trip at the publisher's router), outcomes, credit stalls, unsettled deliveries, and a
+    verdict for every address with a guarantee.
     """
     try:
         from .job import AuditError, parse_guarantee, run_audit

@@ -93,8 +93,12 @@ class GenResult:
     subscribers: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     delivered: dict[str, int] = field(default_factory=dict)  # net per address, all subscribers
     consumer_outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
-    # Minimum and maximum end-to-end latency (ns) per address, jitter included.
+    # Minimum and maximum in-router latency (ns) per address (publisher's router received ->
+    # forwarded to a subscriber), jitter included.
     latency_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Minimum and maximum edge round trip (ns) per address (publisher's router received ->
+    # settled with the outcome toward the publisher), jitter included.
+    round_trip_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
     hops: dict[str, int] = field(default_factory=dict)  # "r0>r1" -> deliveries over it
     lost: list[Fault] = field(default_factory=list)
     duplicated: list[Fault] = field(default_factory=list)
@@ -409,6 +413,10 @@ def generate(
             res.latency_bounds[address] = (
                 (min(lo, old[0]), max(hi, old[1])) if old else (max(lo, 0), hi)
             )
+        back = [row.dt for row in tmpl if row.ingress and row.event == "settled"]
+        lo, hi = min(back) - cfg.jitter_ns, max(back) + cfg.jitter_ns
+        old = res.round_trip_bounds.get(address)
+        res.round_trip_bounds[address] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
         for trow in tmpl:
             if trow.event == "forwarded" and trow.link.startswith("qr-ir:"):
                 hop = trow.link.split(":", 1)[1]

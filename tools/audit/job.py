@@ -37,7 +37,7 @@ GUARANTEES_FILE = "guarantees.json"
 PERCENTILES = (0.5, 0.9, 0.99)
 # Latency histogram: bins of 1/HIST_PER_DECADE decade of nanoseconds (log scale).
 HIST_PER_DECADE = 20
-STAGES = 10
+STAGES = 11
 
 Progress = Callable[[int, int, str], None]
 
@@ -314,7 +314,7 @@ def compute(
     thr_addr = list(thr_addr_map.values())
     thr_router = list(thr_router_map.values())
 
-    stage("end-to-end latency (publisher's router -> subscriber's link)")
+    stage("in-router latency (publisher's router received -> subscriber's link forwarded)")
     ingress = (
         ev.filter(received & ~F.col("ir"))
         .groupBy("origin")
@@ -323,6 +323,8 @@ def compute(
             F.min_by("router", "time_ns").alias("origin_router"),
             F.min_by("address", "time_ns").alias("address"),
             F.min_by("tag", "time_ns").alias("tag"),
+            F.min_by("link", "time_ns").alias("origin_link"),
+            F.min_by("connection", "time_ns").alias("origin_connection"),
             F.count(F.lit(1)).alias("publishes"),
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
@@ -346,25 +348,30 @@ def compute(
         .withColumn("net", F.col("forwards") - F.coalesce(F.col("releases"), F.lit(0)))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    e2e = (
+    # Named in_router: the time the routers hold a delivery (one router: its transit; a mesh:
+    # the routers and the wire between them), not the clients' end to end (edge round trip).
+    inr = (
         reach.join(ingress.select("origin", "t0"), "origin")
         .withColumn("latency", F.col("t_first") - F.col("t0"))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    e2e_all = _unpack_latency(
+    inr_all = _unpack_latency(
         _rows(
-            e2e.rollup("address", "router")
+            inr.rollup("address", "router")
             .agg(*_latency_aggs(F, "latency"))
             .filter(F.col("address").isNotNull())
         )
     )
-    e2e_router = [r for r in e2e_all if r["router"] is not None]
-    e2e_addr = [
-        {k: v for k, v in r.items() if k != "router"} for r in e2e_all if r["router"] is None
+    inr_router = [r for r in inr_all if r["router"] is not None]
+    inr_addr = [
+        {k: v for k, v in r.items() if k != "router"} for r in inr_all if r["router"] is None
     ]
     hist_bin = F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1))) * HIST_PER_DECADE)
-    e2e_hist = _rows(e2e.groupBy("address", hist_bin.alias("bin")).count())
-    e2e.unpersist()
+    inr_hist = _rows(inr.groupBy("address", hist_bin.alias("bin")).count())
+    inr.unpersist()
+
+    stage("edge round trip (publisher's router received -> outcome to the publisher)")
+    edge_rows, edge_router_rows, edge_hist = _edge_round_trip(F, ev, ingress)
 
     stage("per-hop and in-router latency")
     first_recv = (
@@ -488,9 +495,12 @@ def compute(
         events=events,
         thr_addr=thr_addr,
         thr_router=thr_router,
-        e2e_addr=e2e_addr,
-        e2e_router=e2e_router,
-        e2e_hist=e2e_hist,
+        inr_addr=inr_addr,
+        inr_router=inr_router,
+        inr_hist=inr_hist,
+        edge_rows=edge_rows,
+        edge_router_rows=edge_router_rows,
+        edge_hist=edge_hist,
         hop_rows=hop_rows,
         transit_rows=transit_rows,
         outcome_rows=outcome_rows,
@@ -508,6 +518,61 @@ def compute(
         "default_parallelism": spark.sparkContext.defaultParallelism,
     }
     return summary
+
+
+def _edge_round_trip(F: Any, ev: Any, ingress: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """The round trip as the publisher's router sees it, per publish: its `received` on the
+    publisher's link -> the first row on that link that carries the outcome going back to the
+    publisher (`outcome`, or `settled` with an outcome). Both times are that router's clock,
+    so no clock synchronisation is involved. Pre-settled publishes have no outcome: none.
+    The link is named by its connection too: two clients may give their links one name."""
+    back = (
+        ev.filter(
+            ~F.col("ir") & F.col("outcome").isNotNull() & F.col("event").isin("outcome", "settled")
+        )
+        .select(
+            "origin",
+            F.col("router").alias("origin_router"),
+            F.col("link").alias("origin_link"),
+            F.col("connection").alias("origin_connection"),
+            "time_ns",
+        )
+        .groupBy("origin", "origin_router", "origin_link", "origin_connection")
+        .agg(F.min("time_ns").alias("t_back"))
+    )
+    rtt = (
+        ingress.select(
+            "origin", "origin_router", "origin_link", "origin_connection", "address", "t0"
+        )
+        .join(back, ["origin", "origin_router", "origin_link", "origin_connection"])
+        .withColumn("latency", F.col("t_back") - F.col("t0"))
+        .persist()
+    )
+    by_address = _unpack_latency(_rows(rtt.groupBy("address").agg(*_latency_aggs(F, "latency"))))
+    by_router = _unpack_latency(
+        _rows(rtt.groupBy(F.col("origin_router").alias("router")).agg(*_latency_aggs(F, "latency")))
+    )
+    hist_bin = F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1))) * HIST_PER_DECADE)
+    hist = _rows(rtt.groupBy("address", hist_bin.alias("bin")).count())
+    rtt.unpersist()
+    return by_address, by_router, hist
+
+
+def _histogram(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    counts: dict[str, dict[int, int]] = {}
+    for r in rows:
+        counts.setdefault(r["address"], {})[int(r["bin"])] = r["count"]
+    hist: dict[str, list[dict[str, Any]]] = {}
+    for a, bins in sorted(counts.items()):
+        hist[a] = [  # contiguous bins, empty ones included
+            {
+                "lo_ns": round(10 ** (b / HIST_PER_DECADE)),
+                "hi_ns": round(10 ** ((b + 1) / HIST_PER_DECADE)),
+                "count": bins.get(b, 0),
+            }
+            for b in range(min(bins), max(bins) + 1)
+        ]
+    return hist
 
 
 def _verdicts(
@@ -678,7 +743,8 @@ def _assemble(**p: Any) -> dict[str, Any]:
                 "subscribers": 0,
                 "outcomes": {},
                 "publisher_outcomes": {},
-                "latency": None,
+                "in_router_latency": None,
+                "edge_round_trip": None,
                 "credit_stalls": {"count": 0, "total_ns": 0, "max_ns": 0},
                 "unsettled": 0,
             },
@@ -697,8 +763,10 @@ def _assemble(**p: Any) -> dict[str, Any]:
         addr(a).update(
             delivered=r["delivered"], forwards=r["forwards"], subscribers=r["subscribers"]
         )
-    for r in p["e2e_addr"]:
-        addr(r["address"])["latency"] = {k: v for k, v in r.items() if k != "address"}
+    for r in p["inr_addr"]:
+        addr(r["address"])["in_router_latency"] = {k: v for k, v in r.items() if k != "address"}
+    for r in p["edge_rows"]:
+        addr(r["address"])["edge_round_trip"] = {k: v for k, v in r.items() if k != "address"}
     for r in p["outcome_rows"]:
         if r["side"] == "inter-router":
             continue
@@ -719,27 +787,17 @@ def _assemble(**p: Any) -> dict[str, Any]:
         )
     for r in p["transit_rows"]:
         by_router[r["router"]]["transit_latency"] = {k: v for k, v in r.items() if k != "router"}
+    for r in p["edge_router_rows"]:
+        by_router[r["router"]]["edge_round_trip"] = {k: v for k, v in r.items() if k != "router"}
     for r in by_router.values():
         r.setdefault("credit_stalls", {"count": 0, "total_ns": 0, "max_ns": 0})
         r.setdefault("unsettled", 0)
         r.setdefault("transit_latency", None)
+        r.setdefault("edge_round_trip", None)
     outcomes = sorted(
         p["outcome_rows"],
         key=lambda r: (r["address"], r["router"], r["side"], r["outcome"] or ""),
     )
-    counts: dict[str, dict[int, int]] = {}
-    for r in p["e2e_hist"]:
-        counts.setdefault(r["address"], {})[int(r["bin"])] = r["count"]
-    hist: dict[str, list[dict[str, Any]]] = {}
-    for a, bins in sorted(counts.items()):
-        hist[a] = [  # contiguous bins, empty ones included
-            {
-                "lo_ns": round(10 ** (b / HIST_PER_DECADE)),
-                "hi_ns": round(10 ** ((b + 1) / HIST_PER_DECADE)),
-                "count": bins.get(b, 0),
-            }
-            for b in range(min(bins), max(bins) + 1)
-        ]
     duration_ns = ov["t_max"] - ov["t_min"]
     total_unsettled = sum(r["count"] for r in p["unsettled_counts"])
     return {
@@ -769,13 +827,19 @@ def _assemble(**p: Any) -> dict[str, Any]:
             "by_router": sorted(p["thr_router"], key=lambda r: (r["router"], r["second"])),
         },
         "latency": {
-            "end_to_end_by_address": sorted(p["e2e_addr"], key=lambda r: r["address"]),
-            "end_to_end_by_address_router": sorted(
-                p["e2e_router"], key=lambda r: (r["address"], r["router"])
+            # docs/journal.md "What the audit computes": in_router is the routers' time
+            # (publisher's router received -> subscriber's router forwarded), edge_round_trip
+            # the publisher's router's received -> the outcome back to the publisher
+            "in_router_by_address": sorted(p["inr_addr"], key=lambda r: r["address"]),
+            "in_router_by_address_router": sorted(
+                p["inr_router"], key=lambda r: (r["address"], r["router"])
             ),
             "hops": sorted(p["hop_rows"], key=lambda r: (r["from_router"], r["to_router"])),
             "transit_by_router": sorted(p["transit_rows"], key=lambda r: r["router"]),
-            "histogram_by_address": hist,
+            "in_router_histogram_by_address": _histogram(p["inr_hist"]),
+            "edge_round_trip_by_address": sorted(p["edge_rows"], key=lambda r: r["address"]),
+            "edge_round_trip_by_router": sorted(p["edge_router_rows"], key=lambda r: r["router"]),
+            "edge_round_trip_histogram_by_address": _histogram(p["edge_hist"]),
         },
         "outcomes": outcomes,
         "credit_stalls": sorted(p["stall_rows"], key=lambda r: (r["router"], r["address"])),

@@ -63,7 +63,8 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     out: list[tuple[str, list[str], list[list[str]]]] = []
     rows = []
     for a in summary["by_address"]:
-        lat = a.get("latency") or {}
+        lat = a.get("in_router_latency") or {}
+        rtt = a.get("edge_round_trip") or {}
         avg, peak = _rate(summary, a["address"])
         rows.append(
             [
@@ -76,6 +77,8 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 fmt_ns(lat.get("p90_ns")),
                 fmt_ns(lat.get("p99_ns")),
                 fmt_ns(lat.get("max_ns")),
+                fmt_ns(rtt.get("p50_ns")),
+                fmt_ns(rtt.get("p99_ns")),
                 _outcomes(a["outcomes"]),
                 _stalls(a["credit_stalls"]),
                 fmt_count(a["unsettled"]),
@@ -83,17 +86,21 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         )
     out.append(
         (
-            "Per address (latency: publisher's router received -> forwarded to subscriber)",
+            "Per address (in-router: publisher's router received -> forwarded to the"
+            " subscriber, hops included; round trip: publisher's router received -> outcome"
+            " back to the publisher)",
             [
                 "address",
                 "published",
                 "subs",
                 "delivered",
                 "avg/peak per s",
-                "p50",
+                "in-router p50",
                 "p90",
                 "p99",
                 "max",
+                "round trip p50",
+                "p99",
                 "subscriber outcomes",
                 "credit stalls",
                 "unsettled",
@@ -105,6 +112,7 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     for r in summary["by_router"]:
         ev = r["events"]
         lat = r.get("transit_latency") or {}
+        rtt = r.get("edge_round_trip") or {}
         rows.append(
             [
                 r["router"],
@@ -122,13 +130,16 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 fmt_ns(lat.get("p50_ns")),
                 fmt_ns(lat.get("p99_ns")),
                 fmt_ns(lat.get("max_ns")),
+                fmt_ns(rtt.get("p50_ns")),
+                fmt_ns(rtt.get("p99_ns")),
                 _stalls(r["credit_stalls"]),
                 fmt_count(r["unsettled"]),
             ]
         )
     out.append(
         (
-            "Per router (transit: received -> forwarded inside the router)",
+            "Per router (in-router transit: received -> forwarded; round trip of the"
+            " publishers attached to it: received -> outcome back to the publisher)",
             [
                 "router",
                 "received",
@@ -137,9 +148,11 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 "settled",
                 "released-back",
                 "resumed",
-                "transit p50",
+                "in-router p50",
                 "p99",
                 "max",
+                "round trip p50",
+                "p99",
                 "credit stalls",
                 "unsettled",
             ],
@@ -165,11 +178,12 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 ],
             )
         )
-    e2e_router = summary["latency"]["end_to_end_by_address_router"]
-    if e2e_router:
+    inr_router = summary["latency"]["in_router_by_address_router"]
+    if inr_router:
         out.append(
             (
-                "End-to-end latency by subscriber's router",
+                "In-router latency (publisher's router -> subscriber's link) by subscriber's"
+                " router",
                 ["address", "router", "deliveries", "p50", "p90", "p99", "max"],
                 [
                     [
@@ -181,7 +195,7 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                         fmt_ns(r["p99_ns"]),
                         fmt_ns(r["max_ns"]),
                     ]
-                    for r in e2e_router
+                    for r in inr_router
                 ],
             )
         )
@@ -329,33 +343,52 @@ def plot_throughput(summary: dict[str, Any], path: Path) -> None:
 
 
 def plot_latency(summary: dict[str, Any], path: Path) -> None:
+    """Two panels: the in-router latency and the round trip at the publisher's router."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    hist = summary["latency"]["histogram_by_address"]
-    stats = {r["address"]: r for r in summary["latency"]["end_to_end_by_address"]}
-    fig = Figure(figsize=(10, 5), layout="constrained")
-    ax = fig.subplots()
-    for address, bins in sorted(hist.items()):
-        total = sum(b["count"] for b in bins) or 1
-        edges = [b["lo_ns"] for b in bins]
-        edges.append(bins[-1]["hi_ns"])
-        weights = [100.0 * b["count"] / total for b in bins]
-        s = stats.get(address, {})
-        label = (
-            f"{address}  p50 {fmt_ns(s.get('p50_ns'))}, p99 {fmt_ns(s.get('p99_ns'))}, "
-            f"max {fmt_ns(s.get('max_ns'))}"
-        )
-        ax.stairs(weights, edges, label=label, linewidth=1.5)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_ns(v)))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("end-to-end latency (log scale)")
-    ax.set_ylabel("% of deliveries")
-    ax.set_title("End-to-end latency distribution per address")
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best", fontsize="small")
+    lat = summary["latency"]
+    panels = (
+        (
+            lat["in_router_histogram_by_address"],
+            lat["in_router_by_address"],
+            "in-router latency (log scale)",
+            "In-router latency per address: publisher's router received ->\n"
+            "forwarded to the subscriber (inter-router hops included)",
+            "% of deliveries",
+        ),
+        (
+            lat["edge_round_trip_histogram_by_address"],
+            lat["edge_round_trip_by_address"],
+            "round trip at the publisher's router (log scale)",
+            "End-to-end round trip per address: publisher's router received ->\n"
+            "outcome back to the publisher (excludes the publisher's own legs)",
+            "% of publishes",
+        ),
+    )
+    fig = Figure(figsize=(10, 9), layout="constrained")
+    for ax, (hist, rows, xlabel, title, ylabel) in zip(fig.subplots(2, 1), panels, strict=True):
+        stats = {r["address"]: r for r in rows}
+        for address, bins in sorted(hist.items()):
+            total = sum(b["count"] for b in bins) or 1
+            edges = [b["lo_ns"] for b in bins]
+            edges.append(bins[-1]["hi_ns"])
+            weights = [100.0 * b["count"] / total for b in bins]
+            s = stats.get(address, {})
+            label = (
+                f"{address}  p50 {fmt_ns(s.get('p50_ns'))}, p99 {fmt_ns(s.get('p99_ns'))}, "
+                f"max {fmt_ns(s.get('max_ns'))}"
+            )
+            ax.stairs(weights, edges, label=label, linewidth=1.5)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_ns(v)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize="small")
     fig.savefig(path, dpi=100)
 
 
