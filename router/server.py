@@ -27,6 +27,11 @@ log = logging.getLogger("qrouter.server")
 # stays one write per connection per iteration (docs/performance.md, latency).
 FLUSH_NOW_BYTES = 2048
 
+# Control frames (ATTACH, DETACH, BEGIN, ...: Python each, tens of µs) one connection may have
+# handled per loop turn; the rest wait their turn, so a peer's burst of thousands of attaches
+# delays the others by about a millisecond, not by the whole burst.
+CONTROL_BUDGET = 32
+
 
 class AmqpProtocol(asyncio.Protocol):
     """Bytes in: `Connection.feed`. Bytes out: the engine writes to the transport once per
@@ -45,6 +50,7 @@ class AmqpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
+        self.conn.control_budget = CONTROL_BUDGET
         limit_writes(transport, self.core.config)
         peer = transport.get_extra_info("peername")
         log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
@@ -72,8 +78,28 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn.feed(data)
         if len(data) <= FLUSH_NOW_BYTES:
             self.core.engine.flush()
+        if self.conn.yielded:
+            self._yield()
         if self.conn.remote_idle_timeout_ms != self.tick_remote:
             self._schedule_tick()  # the peer's OPEN told its idle-time-out
+
+    def _yield(self) -> None:
+        """The engine stopped after CONTROL_BUDGET control frames (a burst of attaches costs
+        Python each): stop reading this peer, so what it sends waits in its socket, and go on
+        with the frames already read on a later loop turn, after the other connections."""
+        assert self.conn is not None and self.conn.transport is not None
+        self.conn.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._go_on)
+
+    def _go_on(self) -> None:
+        conn = self.conn
+        if conn is None or conn.closed or conn.transport is None:
+            return
+        conn.feed(b"")
+        if conn.yielded:
+            asyncio.get_running_loop().call_soon(self._go_on)
+        elif not conn.closed:
+            conn.transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         return None
@@ -117,6 +143,7 @@ class ConnectorProtocol(AmqpProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener, self.connector)
         self.conn.transport = transport
+        self.conn.control_budget = CONTROL_BUDGET
         limit_writes(transport, self.core.config)
         self.conn.start(*self.sasl)
         log.debug("[C%d] connected to %s", self.conn.conn_id, transport.get_extra_info("peername"))

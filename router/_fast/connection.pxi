@@ -83,6 +83,12 @@ cdef class Connection:
     cdef readonly int64_t n_write_pauses
     # trace.pxi: log every frame read and written (qrouter.trace); set per connection
     cdef public bint trace
+    # fairness: at most `control_budget` control frames (anything but TRANSFER, FLOW and
+    # DISPOSITION) per feed; the rest waits in `inbuf` and `yielded` tells the server to
+    # feed again on a later loop turn (0: no budget, as the client library uses it)
+    cdef public int control_budget
+    cdef int control_used
+    cdef readonly bint yielded
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),
                  bint require_sasl=False, uint32_t max_frame_size=65536,
@@ -115,8 +121,11 @@ cdef class Connection:
         if self.state == CS_CLOSED or self.closing:
             return
         b = data if type(data) is bytes else bytes(data)
-        self.bytes_in += len(b)
-        self.last_read = monotonic()
+        self.control_used = 0
+        self.yielded = False
+        if b:
+            self.bytes_in += len(b)
+            self.last_read = monotonic()
         if self.inbuf is not None:
             # appended in place, parsed only once the frame can be whole: a frame that comes a
             # byte at a time costs its size once, not its size squared
@@ -561,6 +570,13 @@ cdef class Connection:
             channel = be16(p + pos + 6)
             if doff < 2 or <uint32_t>doff * 4 > size:
                 raise ProtocolError("amqp:connection:framing-error", f"bad data offset {doff}")
+            if self.control_budget and not is_hot_frame(p + pos + doff * 4, size - doff * 4):
+                if self.control_used >= self.control_budget:
+                    # one peer's burst of attaches (Python each) must not hold the event loop
+                    # for everyone: the rest of its bytes wait for a later turn
+                    self.yielded = True
+                    return pos
+                self.control_used += 1
             self.frames_in += 1
             if self.trace:
                 trace_in(self, p + pos, size)
@@ -574,6 +590,8 @@ cdef class Connection:
         return pos
 
     cdef Py_ssize_t partial_need(self, bytearray part) noexcept:
+        # (a yielded buffer starts with a whole frame: its size is what it needs, so an empty
+        # feed parses it)
         # What parse() needs before it can do more with `part`, the start of a frame (2.3.1):
         # its size, once the 8-byte header is there (parse checked it is <= max-frame-size);
         # else 8. A protocol header (2.2) is re-checked at every byte so garbage fails at once.
@@ -1444,3 +1462,10 @@ cdef int link_error(Link link, condition, description) except -1:
     except Exception:
         log.exception("[C%d] detach handler failed", link.conn.conn_id)
     return 0
+
+
+cdef inline bint is_hot_frame(const uint8_t* body, uint32_t n) noexcept:
+    """TRANSFER, FLOW or DISPOSITION with the small-ulong descriptor (1.2, 2.7): the frames of
+    the per-message path, which the engine handles in C and which credit already bounds."""
+    return n >= 3 and body[0] == 0x00 and body[1] == 0x53 and (
+        body[2] == D_TRANSFER or body[2] == D_FLOW or body[2] == D_DISPOSITION)
