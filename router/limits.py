@@ -42,6 +42,9 @@ class LimitsConfig:
     # allow | cap | refuse. allow: the router's own client asks for never on every durable
     # link, and the termini limits above bound what such termini can make the router keep
     expiry_never: str = "allow"
+    # control frames (ATTACH, DETACH, BEGIN, ...) a second one client connection may send, in
+    # bursts of as many; beyond it the router reads that peer more slowly (router/server.py)
+    max_control_rate: int = 500
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(LimitsConfig))
@@ -59,6 +62,7 @@ NAMES: dict[str, str] = {
     "termini": "max_termini",
     "terminus_timeout": "max_terminus_timeout",
     "expiry_never": "expiry_never",
+    "control_rate": "max_control_rate",
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -73,6 +77,8 @@ DESCRIPTIONS: dict[str, str] = {
     "termini": "registered termini in total",
     "terminus_timeout": "seconds a suspended terminus is kept (longer timeouts are capped)",
     "expiry_never": "what expiry-policy never gets: allow, cap (to the timeout cap), refuse",
+    "control_rate": "control frames a second from one client connection (ATTACH, DETACH, "
+    "BEGIN...); past it the router reads the peer more slowly",
 }
 
 

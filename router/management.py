@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from router import __version__
-from router._fast.codec import UByte
+from router._fast.codec import UByte, ULong
 from router._fast.engine import error_value, source_value, target_value
 from router.addresses import AddressEntry
 from router.config import ConfigError, ListenerConfig, connector_from_table, listener_from_table
@@ -162,6 +162,9 @@ def _ops(*extra: str) -> tuple[str, ...]:
     return ("QUERY", "READ", *extra)
 
 
+MAX_REQUEST_BYTES = 65536  # the max-message-size of a $management link
+
+
 class ManagementNode:
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -289,6 +292,9 @@ class ManagementNode:
                 "rcv_settle_mode": UByte(0),  # 3.8.2: we settle first (accept, then answer)
                 "source": source_value(source) if isinstance(source, dict) else None,
                 "target": target_value({"address": MANAGEMENT_ADDRESS}),
+                # 2.7.3: requests are small (a CREATE is a few KiB); a larger one is refused as
+                # it arrives, before the router buffers or decodes it
+                "max_message_size": ULong(MAX_REQUEST_BYTES),
             }
         )
         link.bind_endpoint()

@@ -38,7 +38,7 @@ class AmqpProtocol(asyncio.Protocol):
     loop iteration (`Router.flush`, scheduled with `loop.call_soon`), or at once after a
     small read (FLUSH_NOW_BYTES)."""
 
-    __slots__ = ("core", "listener", "conn", "timer", "tick_remote")
+    __slots__ = ("core", "listener", "conn", "timer", "tick_remote", "rate", "tokens", "filled")
 
     def __init__(self, core: Core, listener: ListenerConfig) -> None:
         self.core = core
@@ -46,6 +46,10 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn: Connection | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.tick_remote = 0
+        # a token bucket of control frames (limits.max_control_rate): client connections only
+        self.rate = 0 if listener.role == "inter-router" else core.config.limits.max_control_rate
+        self.tokens = float(self.rate)
+        self.filled = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn = self.core.new_connection(self.listener)
@@ -78,26 +82,48 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn.feed(data)
         if len(data) <= FLUSH_NOW_BYTES:
             self.core.engine.flush()
-        if self.conn.yielded:
+        over = bool(self.rate) and self._spend()  # charged whether or not it yielded
+        if self.conn.yielded or over:
             self._yield()
         if self.conn.remote_idle_timeout_ms != self.tick_remote:
             self._schedule_tick()  # the peer's OPEN told its idle-time-out
 
+    def _spend(self) -> bool:
+        """Take the control frames of the last feed from the bucket; True when it is empty."""
+        assert self.conn is not None
+        used = self.conn.control_used
+        if not used and self.tokens >= 0:
+            return False
+        now = asyncio.get_running_loop().time()
+        if self.filled:
+            self.tokens = min(float(self.rate), self.tokens + (now - self.filled) * self.rate)
+        self.filled = now
+        self.tokens -= used
+        if self.tokens < 0 and used:
+            self.core.limits.refused["control_rate"] += 1
+        return self.tokens < 0
+
     def _yield(self) -> None:
-        """The engine stopped after CONTROL_BUDGET control frames (a burst of attaches costs
-        Python each): stop reading this peer, so what it sends waits in its socket, and go on
-        with the frames already read on a later loop turn, after the other connections."""
+        """The engine stopped after CONTROL_BUDGET control frames, or the peer spent its
+        control-frame rate (a burst of attaches costs Python each): stop reading this peer, so
+        what it sends waits in its socket, and go on with the frames already read on a later
+        loop turn, after the other connections, or once the bucket has refilled."""
         assert self.conn is not None and self.conn.transport is not None
         self.conn.transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._go_on)
+        loop = asyncio.get_running_loop()
+        if self.tokens < 0:
+            loop.call_later(-self.tokens / self.rate, self._go_on)
+        else:
+            loop.call_soon(self._go_on)
 
     def _go_on(self) -> None:
         conn = self.conn
         if conn is None or conn.closed or conn.transport is None:
             return
         conn.feed(b"")
-        if conn.yielded:
-            asyncio.get_running_loop().call_soon(self._go_on)
+        over = bool(self.rate) and self._spend()
+        if conn.yielded or over:
+            self._yield()
         elif not conn.closed:
             conn.transport.resume_reading()
 

@@ -87,7 +87,7 @@ cdef class Connection:
     # DISPOSITION) per feed; the rest waits in `inbuf` and `yielded` tells the server to
     # feed again on a later loop turn (0: no budget, as the client library uses it)
     cdef public int control_budget
-    cdef int control_used
+    cdef readonly int control_used
     cdef readonly bint yielded
 
     def __init__(self, Router router not None, handler, *, sasl_mechanisms=("ANONYMOUS", "PLAIN"),

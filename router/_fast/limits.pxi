@@ -96,8 +96,12 @@ cdef bint link_refused(Connection c, Session s, Link link, uint32_t handle) exce
         raise ProtocolError("amqp:resource-limit-exceeded",
                             f"links per connection limit {lim.links} reached "
                             "(refused links not detached by the peer)")
-    log.warning("[C%d] refusing link %r (handle %d): links per connection limit %d reached",
-                c.conn_id, link.name, handle, lim.links)
+    if n <= <Py_ssize_t>lim.links + 1:
+        # the first refusal of a connection is logged, the rest only counted: a peer that
+        # attaches in a loop must not turn each of its frames into a log line
+        log.warning("[C%d] refusing link %r (handle %d): links per connection limit %d "
+                    "reached (further refusals counted, not logged)",
+                    c.conn_id, link.name, handle, lim.links)
     link.detach("amqp:resource-limit-exceeded",
                 f"links per connection limit {lim.links} reached (handle-max {s.handle_max})",
                 True)

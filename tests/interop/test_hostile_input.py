@@ -8,9 +8,10 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import pytest
 from proton import Delivery, Message
 from proton.reactor import AtMostOnce
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, LinkDetached
 from router._fast.codec import Described, ULong, encode
 
 from tests.engine.pump import (
@@ -24,6 +25,8 @@ from tests.engine.pump import (
 
 LEVELS = 200_000  # the issue's crash: ~600 KB of nested described types
 NESTED = b"\x00\x53\x75" * LEVELS + b"\x40"  # described(0x75, described(0x75, ... null))
+# within a $management link's max-message-size (64 KiB), so that the decoder meets it
+MGMT_NESTED = NESTED[: 3 * 20_000] + b"\x40"
 
 
 def _steady(blocking: Any, url: str) -> Any:
@@ -50,9 +53,9 @@ def _send_raw(conn: BlockingConnection, snd: Any, payload: bytes, tag: bytes) ->
     return d
 
 
-def _properties_nested_before(to: str) -> bytes:
-    """A message whose properties (3.2.4) have a message-id NESTED deep, then `to`."""
-    fields = NESTED + b"\x40\xa1" + bytes([len(to)]) + to.encode()
+def _properties_nested_before(to: str, nested: bytes = NESTED) -> bytes:
+    """A message whose properties (3.2.4) have a message-id `nested` deep, then `to`."""
+    fields = nested + b"\x40\xa1" + bytes([len(to)]) + to.encode()
     props = b"\x00\x53\x73\xd0" + (len(fields) + 4).to_bytes(4, "big") + b"\x00\x00\x00\x03"
     return props + fields + b"\x00\x53\x77\xa1\x01x"
 
@@ -74,7 +77,7 @@ def test_nested_management_request_gets_400(router: Any, blocking: Any) -> None:
             ULong(0x74), {"operation": "QUERY", "type": "org.amqp.management", "name": "self"}
         )
     )
-    d = _send_raw(conn, snd, head + b"\x00\x53\x77" + NESTED, b"deep")
+    d = _send_raw(conn, snd, head + b"\x00\x53\x77" + MGMT_NESTED, b"deep")
     assert d.remote_state == Delivery.ACCEPTED
     answer = replies.receive(timeout=10)  # (replies are presettled)
     assert answer.correlation_id == "req-1"
@@ -94,13 +97,34 @@ def test_nested_management_request_gets_400(router: Any, blocking: Any) -> None:
     assert answer.body["management_bad_requests"] == 1
 
 
+def test_the_issues_600_kb_management_request_is_refused_by_size(
+    router: Any, blocking: Any
+) -> None:
+    """The issue's own request (200,000 levels, 600 KB) is over the $management link's
+    max-message-size: the link is detached with amqp:link:message-size-exceeded as the bytes
+    arrive, before anything is decoded; the router lives and other traffic flows."""
+    r = router()
+    steady = _steady(blocking, r.url)
+    conn = blocking(r.url)
+    snd = conn.create_sender("$management")
+    assert snd.link.remote_max_message_size == 65536
+    snd.link.delivery(b"big")
+    snd.link.send(b"\x00\x53\x77" + NESTED)
+    snd.link.advance()
+    with pytest.raises(LinkDetached) as info:
+        conn.wait(lambda: False, timeout=20, msg="no detach for 600 KB")
+    assert "amqp:link:message-size-exceeded" in str(info.value)
+    steady("after")
+    r.check_running()
+
+
 def test_nested_management_request_without_reply_to_is_rejected(router: Any, blocking: Any) -> None:
     """Nothing to answer to (the nesting is in the properties): REJECTED with
     amqp:decode-error (3.4.3), on a link that stays attached."""
     r = router()
     conn = blocking(r.url)
     snd = conn.create_sender("$management")
-    for tag, payload in ((b"p", _properties_nested_before("x")), (b"q", NESTED)):
+    for tag, payload in ((b"p", _properties_nested_before("x", MGMT_NESTED)), (b"q", MGMT_NESTED)):
         d = _send_raw(conn, snd, payload, tag)
         assert d.remote_state == Delivery.REJECTED
         assert d.remote.condition.name == "amqp:decode-error"

@@ -194,17 +194,21 @@ class Abusers:
         return peer
 
     async def nest(self, n: int) -> None:
+        # encoded once: the abusers' own CPU should go to the router, not to Python encoding
         request = nested_request()
+        step = SAFE_FRAME - 64
+        chunks = [request[i : i + step] for i in range(0, len(request), step)]
+        frames = b"".join(
+            _transfer(0, 0, chunk, settled=False, more=i < len(chunks) - 1)
+            for i, chunk in enumerate(chunks)
+        )
         while self.running():
             if (peer := await self.connect()) is None:
                 continue
             peer.write(HEADER + _open(f"abuse-nest-{n}") + _begin())
             peer.write(_attach("nest", 0, True, "$management"))
             if await peer.until(lambda p=peer: p.credit > 0):  # type: ignore[misc]
-                step = SAFE_FRAME - 64
-                chunks = [request[i : i + step] for i in range(0, len(request), step)]
-                for i, chunk in enumerate(chunks):
-                    peer.write(_transfer(0, 0, chunk, settled=False, more=i < len(chunks) - 1))
+                peer.write(frames)
                 self.stats["nest sent"] += 1
                 answered = await peer.until(
                     lambda p=peer: bool(p.seen[DISPOSITION] or p.seen[DETACH] or p.seen[CLOSE])  # type: ignore[misc]
@@ -213,6 +217,9 @@ class Abusers:
             peer.drop()
 
     async def storm(self, n: int) -> None:
+        attaches = [
+            _attach(f"storm-{i}", i, True, f"abuse.storm.{n}.{i}") for i in range(STORM_LINKS)
+        ]
         round_ = 0
         while self.running():
             if (peer := await self.connect()) is None:
@@ -222,7 +229,7 @@ class Abusers:
             for i in range(STORM_LINKS):
                 if i % 200 == 0 and not self.running():
                     break
-                peer.write(_attach(f"storm-{i}", i, True, f"abuse.storm.{n}.{i}"))
+                peer.write(attaches[i])
                 if i % 200 == 199:  # let the router answer before the next burst
                     await peer.until(lambda p=peer, i=i: p.seen[ATTACH] > i or p.seen[CLOSE])  # type: ignore[misc]
             self.stats["storm attaches"] += peer.seen[ATTACH]
