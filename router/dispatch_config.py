@@ -202,6 +202,17 @@ class _Converter:
 
     # each entity: a table of attribute -> handler(section, attribute, value, table)
 
+    def append(
+        self,
+        s: Section,
+        kind: str,
+        rules: dict[str, Callable[[Section, str, str, dict[str, Any]], None]],
+    ) -> None:
+        """One ``[[kind]]`` table of the TOML document, made from a section by `rules`."""
+        table: dict[str, Any] = {}
+        self.take(s, table, rules)
+        self.doc.setdefault(kind, []).append(table)
+
     def take(
         self,
         s: Section,
@@ -240,10 +251,9 @@ class _Converter:
             self.refuse(s, given[1], f"give one of id, routerId and name (also: {given[0]})")
 
     def listener(self, s: Section) -> None:
-        table: dict[str, Any] = {}
-        self.take(
+        self.append(
             s,
-            table,
+            "listener",
             {
                 "name": _label,
                 "host": _to("host"),
@@ -259,13 +269,11 @@ class _Converter:
                 "requireEncryption": self._require_ssl,
             },
         )
-        self.doc.setdefault("listener", []).append(table)
 
     def connector(self, s: Section) -> None:
-        table: dict[str, Any] = {}
-        self.take(
+        self.append(
             s,
-            table,
+            "connector",
             {
                 "name": _label,
                 "host": _to("host"),
@@ -280,13 +288,11 @@ class _Converter:
                 "saslPassword": _password,
             },
         )
-        self.doc.setdefault("connector", []).append(table)
 
     def address(self, s: Section) -> None:
-        table: dict[str, Any] = {}
-        self.take(
+        self.append(
             s,
-            table,
+            "address",
             {
                 "name": _label,
                 "prefix": _to("prefix"),
@@ -296,7 +302,6 @@ class _Converter:
                 "enableFallback": _off("fallback addresses are not in qrouter"),
             },
         )
-        self.doc.setdefault("address", []).append(table)
 
     def log(self, s: Section) -> None:
         module = s.attributes.get("module", ("", s.line))[0]
