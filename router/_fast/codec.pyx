@@ -1030,16 +1030,22 @@ def encode(value) -> bytes:
     return w.take()
 
 
-def decode(data, Py_ssize_t offset=0):
-    """Decode the one value at ``offset``; returns ``(value, next_offset)``."""
-
-    cdef bytes b = bytes(data)
-    cdef Reader r
+cdef int reader_at(Reader* r, bytes b, Py_ssize_t offset) except -1:
+    """`r` reads `b` (which the caller keeps alive) from `offset`."""
     r.p = <const uint8_t*>PyBytes_AS_STRING(b)
     r.n = PyBytes_GET_SIZE(b)
     if offset < 0 or offset > r.n:
         raise ValueError("offset out of range")
     r.pos = offset
+    return 0
+
+
+def decode(data, Py_ssize_t offset=0):
+    """Decode the one value at ``offset``; returns ``(value, next_offset)``."""
+
+    cdef bytes b = bytes(data)
+    cdef Reader r
+    reader_at(&r, b, offset)
     v = r_value(&r)
     return v, r.pos
 
@@ -1051,11 +1057,7 @@ def skip(data, Py_ssize_t offset=0):
 
     cdef bytes b = bytes(data)
     cdef Reader r
-    r.p = <const uint8_t*>PyBytes_AS_STRING(b)
-    r.n = PyBytes_GET_SIZE(b)
-    if offset < 0 or offset > r.n:
-        raise ValueError("offset out of range")
-    r.pos = offset
+    reader_at(&r, b, offset)
     r_skip(&r)
     return r.pos
 
