@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 DISTRIBUTIONS = ("closest", "balanced", "multicast", "unavailable")
 # an entry's optional guarantee (docs/exactly-once.md); it needs distribution multicast
 GUARANTEES = ("exactly-once", "at-least-once")
+# fallback / dead_letter (docs/brokers.md, "Fallback and dead letters") need one of these:
+# they are about the one consumer an anycast message goes to
+DIVERTING = ("closest", "balanced")
 
 _SEPARATORS = re.compile(r"[./]")
 
@@ -77,6 +80,8 @@ class AddressEntry:
     pattern: str | None
     distribution: str
     guarantee: str | None = None
+    fallback: str | None = None  # where messages go while nobody consumes the address
+    dead_letter: str | None = None  # where rejected / undeliverable-here messages go
 
     def __post_init__(self) -> None:
         if (self.prefix is None) == (self.pattern is None):
@@ -94,6 +99,7 @@ class AddressEntry:
                 raise ValueError(
                     f"a guarantee needs distribution multicast, not {self.distribution}"
                 )
+        check_diversion(self.distribution, self.fallback, self.dead_letter)
         if self.prefix is not None:
             object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
         if self.pattern is not None:
@@ -106,6 +112,22 @@ class AddressEntry:
             return ("prefix", self.prefix)
         assert self.pattern is not None
         return ("pattern", self.pattern)
+
+
+def check_diversion(distribution: str, fallback: str | None, dead_letter: str | None) -> None:
+    """Raise ValueError unless `fallback` / `dead_letter` are None or usable addresses for an
+    entry with `distribution`."""
+    for what, value in (("fallback", fallback), ("dead_letter", dead_letter)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{what} must be a non-empty address")
+        if "*" in value or "#" in value:
+            raise ValueError(f"{what} {value!r} must be an address, not a pattern")
+        if distribution not in DIVERTING:
+            raise ValueError(
+                f"{what} needs distribution {' or '.join(DIVERTING)}, not {distribution}"
+            )
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -183,6 +205,8 @@ class AddressTable:
                 pattern=entry.pattern,
                 distribution=entry.distribution,
                 guarantee=getattr(entry, "guarantee", None),
+                fallback=getattr(entry, "fallback", None),
+                dead_letter=getattr(entry, "dead_letter", None),
             )
         key = entry.key
         if key in self._order:
@@ -245,6 +269,14 @@ class AddressTable:
         """The guarantee of `address`'s best entry (exactly-once, at-least-once), or None."""
         entry = self.match(address)
         return entry.guarantee if entry is not None else None
+
+    def diversion(self, address: str) -> tuple[str | None, str | None] | None:
+        """(fallback, dead_letter) of `address`'s best entry, or None when it names neither.
+        The engine asks once per address it makes (router/_fast/diversion.pxi)."""
+        entry = self.match(address)
+        if entry is None or (entry.fallback is None and entry.dead_letter is None):
+            return None
+        return (entry.fallback, entry.dead_letter)
 
     def match(self, address: str) -> AddressEntry | None:
         """The most specific entry matching `address`, or None when nothing matches."""

@@ -20,7 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from router.addresses import DISTRIBUTIONS, GUARANTEES, check_pattern, normalize_prefix
+from router.addresses import (
+    DISTRIBUTIONS,
+    GUARANTEES,
+    check_diversion,
+    check_pattern,
+    normalize_prefix,
+)
 from router.limits import LIMIT_KEYS, LimitsConfig, parse_limits
 
 if TYPE_CHECKING:
@@ -134,6 +140,8 @@ class AddressConfig:
     pattern: str | None = None
     distribution: str = "balanced"  # closest | balanced | multicast | unavailable
     guarantee: str | None = None  # exactly-once | at-least-once (docs/exactly-once.md)
+    fallback: str | None = None  # address used while nobody consumes this one (docs/brokers.md)
+    dead_letter: str | None = None  # address for rejected / undeliverable-here deliveries
 
 
 @dataclass
@@ -269,7 +277,7 @@ def _readable_file(key: str, path: str) -> None:
 # -- TOML tables -> dataclasses -------------------------------------------------------------
 
 _LISTENER_KEYS = tuple(f.name for f in fields(ListenerConfig))
-_ADDRESS_KEYS = ("prefix", "pattern", "distribution", "guarantee")
+_ADDRESS_KEYS = ("prefix", "pattern", "distribution", "guarantee", "fallback", "dead_letter")
 _CONNECTOR_KEYS = tuple(f.name for f in fields(ConnectorConfig))
 _TOP_KEYS = (
     "id",
@@ -471,6 +479,9 @@ def _address(key: str, table: Mapping[str, Any]) -> AddressConfig:
         ac.distribution = _want_choice(f"{key}.distribution", table["distribution"], DISTRIBUTIONS)
     if "guarantee" in table:
         ac.guarantee = _want_choice(f"{key}.guarantee", table["guarantee"], GUARANTEES)
+    for name in ("fallback", "dead_letter"):
+        if name in table:
+            setattr(ac, name, _want_str(f"{key}.{name}", table[name]))
     return ac
 
 
@@ -743,6 +754,11 @@ def _check_address(key: str, ac: AddressConfig) -> None:
                 f"a guarantee ({ac.guarantee}) needs distribution multicast, not {ac.distribution}",
                 key=key if key.startswith("--") else f"{key}.guarantee",
             )
+    try:
+        check_diversion(ac.distribution, ac.fallback, ac.dead_letter)
+    except ValueError as exc:
+        name = "fallback" if ac.fallback is not None else "dead_letter"
+        raise ConfigError(str(exc), key=key if key.startswith("--") else f"{key}.{name}") from None
 
 
 # Where a setting came from, for messages: (file or None, key or --option).

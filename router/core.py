@@ -70,6 +70,7 @@ class Core:
             config.id,
             link_capacity=config.link_capacity,
             resolver=self.table.distribution,
+            diversions=self.diversion_of,
             open_properties={Symbol("product"): "qrouter", Symbol("version"): __version__},
         )
         self.connections: set[Connection] = set()
@@ -101,6 +102,13 @@ class Core:
         health = getattr(persistence, "health", None)
         if health is not None:  # a failed store commit is retried (router/store_health.py)
             health.retries += [self.engine.retry_commit, self.guarantees.retry]
+
+    def diversion_of(self, address: str) -> tuple[str | None, str | None] | None:
+        """(fallback, dead_letter) of an address (router/_fast/diversion.pxi); reply
+        addresses have neither."""
+        if address.startswith(DYNAMIC_PREFIX):
+            return None
+        return self.table.diversion(address)
 
     def distribution_of(self, address: str) -> str:
         if address.startswith(DYNAMIC_PREFIX):

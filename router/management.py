@@ -863,6 +863,8 @@ class ManagementNode:
                     "pattern": entry.pattern,
                     "distribution": entry.distribution,
                     "guarantee": entry.guarantee,
+                    "fallback": entry.fallback,
+                    "dead_letter": entry.dead_letter,
                     "origin": origin,
                 }
             )
@@ -876,6 +878,8 @@ class ManagementNode:
                 pattern=None if pattern is None else str(pattern),
                 distribution=str(attrs.get("distribution") or "balanced"),
                 guarantee=None if attrs.get("guarantee") is None else str(attrs["guarantee"]),
+                fallback=None if attrs.get("fallback") is None else str(attrs["fallback"]),
+                dead_letter=None if attrs.get("dead_letter") is None else str(attrs["dead_letter"]),
             )
         except ValueError as exc:
             raise ManagementError(400, str(exc)) from None
@@ -890,6 +894,7 @@ class ManagementNode:
                 409, f"an address entry for {entry.key[0]} {entry.key[1]!r} exists (use UPDATE)"
             )
         self.core.table.add(entry)
+        self.core.engine.refresh_diversions()  # fallback / dead letter of addresses in use
         self.created_entries.add(entry.key)
         log.info("address entry %s %r -> %s added by management", *entry.key, entry.distribution)
         return Response(201, "Created", self._entry_row(entry.key))
@@ -900,12 +905,15 @@ class ManagementNode:
             "pattern": row["pattern"],
             "distribution": row["distribution"],
             "guarantee": row["guarantee"],
+            "fallback": row["fallback"],
+            "dead_letter": row["dead_letter"],
         }
-        for key in ("distribution", "guarantee"):
+        for key in ("distribution", "guarantee", "fallback", "dead_letter"):
             if key in attrs:
                 merged[key] = attrs[key]
         entry = self._entry(merged)
         self.core.table.add(entry)  # same key: replaces the entry
+        self.core.engine.refresh_diversions()
         log.info("address entry %s %r -> %s by management", *entry.key, entry.distribution)
         return Response(200, "OK", self._entry_row(entry.key))
 
@@ -914,6 +922,7 @@ class ManagementNode:
             self.core.table.remove(prefix=row["prefix"])
         else:
             self.core.table.remove(pattern=row["pattern"])
+        self.core.engine.refresh_diversions()
         self.created_entries.discard(
             ("prefix", row["prefix"]) if row["prefix"] is not None else ("pattern", row["pattern"])
         )
@@ -953,6 +962,7 @@ class ManagementNode:
                     "rejected": a.n_rejected,
                     "modified": a.n_modified,
                     "dropped": a.n_dropped,
+                    **_diversion_counters(a.diversion),
                 }
             )
         return rows
@@ -1219,11 +1229,13 @@ CONNECTOR_ATTRIBUTES = (
     "identity", "name", "host", "port", "role", "cost", "connection", "connected",
 )  # fmt: skip
 ADDRESS_ATTRIBUTES = (
-    "identity", "name", "prefix", "pattern", "distribution", "guarantee", "origin",
+    "identity", "name", "prefix", "pattern", "distribution", "guarantee", "fallback",
+    "dead_letter", "origin",
 )  # fmt: skip
 ROUTER_ADDRESS_ATTRIBUTES = (
     "identity", "name", "distribution", "consumers", "producers", "undelivered",
     "deliveries_in", "deliveries_out", "accepted", "released", "rejected", "modified", "dropped",
+    "fallback", "dead_letter", "fallback_deliveries", "dead_lettered", "dead_letter_failed",
 )  # fmt: skip
 CONNECTION_ATTRIBUTES = (
     "identity", "name", "container", "host", "user", "tls", "role", "listener", "opened",
@@ -1368,6 +1380,25 @@ def _listener_name(lc: ListenerConfig, index: int, all_: list[ListenerConfig]) -
 def listener_names(listeners: list[ListenerConfig]) -> list[str]:
     """The names the configured listeners go by (``HOST:PORT``, ``#i`` added to duplicates)."""
     return [_listener_name(lc, i, listeners) for i, lc in enumerate(listeners)]
+
+
+def _diversion_counters(d: Any) -> dict[str, Any]:
+    """router.address columns of an address's fallback and dead letter (diversion.pxi)."""
+    if d is None:
+        return {
+            "fallback": None,
+            "dead_letter": None,
+            "fallback_deliveries": 0,
+            "dead_lettered": 0,
+            "dead_letter_failed": 0,
+        }
+    return {
+        "fallback": d.fallback,
+        "dead_letter": d.dead_letter,
+        "fallback_deliveries": d.n_fallback,
+        "dead_lettered": d.n_dead_lettered,
+        "dead_letter_failed": d.n_dead_letter_failed,
+    }
 
 
 def _preset_keys() -> dict[tuple[str, str], str]:

@@ -307,12 +307,16 @@ ADDRESS_COLUMNS: list[Column] = [
     ("rejected", "rejected", _text),
     ("modified", "modified", _text),
     ("dropped", "dropped", _text),
+    ("fallback", "fallback_deliveries", _text),
+    ("dead-lettered", "dead_lettered", _text),
 ]
 
 ENTRY_COLUMNS: list[Column] = [
     ("prefix", "prefix", _text),
     ("pattern", "pattern", _text),
     ("distribution", "distribution", _text),
+    ("fallback", "fallback", _text),
+    ("dead letter", "dead_letter", _text),
     ("origin", "origin", _text),
 ]
 

@@ -22,6 +22,7 @@ cdef class Address:
     cdef Py_ssize_t rr           # round-robin position over consumers
     cdef readonly int64_t n_in, n_out, n_accepted, n_released, n_rejected, n_modified
     cdef readonly int64_t n_dropped   # presettled deliveries that lost their consumers in flight
+    cdef readonly Diversion diversion   # fallback / dead letter (diversion.pxi); None: neither
 
     def __cinit__(self):
         self.consumers = []
@@ -55,8 +56,12 @@ cdef class Address:
         what already waits), the smallest for multicast (every copy needs credit)."""
         cdef Link c
         cdef int64_t total = 0, m = -1, k
+        cdef Address f
         if not self.consumers:
-            return 0
+            # no consumer anywhere in the mesh: the fallback's consumers' credit, if it has
+            # one (diversion.pxi), else none
+            f = fallback_target(self)
+            return f.capacity() if f is not None else 0
         for c in self.consumers:
             if c.conn.write_paused:
                 # backpressure.pxi: its connection's outbound buffer is full; nothing more
@@ -83,7 +88,14 @@ cdef class Address:
 
     cdef int grant(self) except -1:
         """Top up producers whose credit fell below half the link capacity, while the
-        consumers have credit to spare (2.6.7: the router is the receiver of producer links)."""
+        consumers have credit to spare (2.6.7: the router is the receiver of producer links);
+        and those of the addresses falling back to this one (diversion.pxi)."""
+        self.grant_own()
+        if self.router.diversions.dependents:
+            grant_dependents(self)
+        return 0
+
+    cdef int grant_own(self) except -1:
         cdef int64_t cap = self.router.link_capacity, want
         cdef Link p
         if not self.producers or self.capacity() <= 0:
@@ -117,12 +129,31 @@ cdef class Address:
         return 0
 
     cdef int remove_consumer(self, Link link) except -1:
+        cdef Address f
         if link in self.consumers:
             self.consumers.remove(link)
         if not self.consumers:
-            self.revoke()
-            self.release_undelivered()
+            f = fallback_target(self)
+            if f is not None:
+                # no consumer anywhere now: what waited for one goes to the fallback, and
+                # producers keep their credit, which the fallback's consumers honour
+                self.divert_undelivered(f)
+            else:
+                self.revoke()
+                self.release_undelivered()
+            if self.router.diversions.dependents:
+                revoke_dependents(self)
         self.router.maybe_drop(self)
+        return 0
+
+    cdef int divert_undelivered(self, Address f) except -1:
+        cdef Delivery inb
+        while self.undelivered:
+            inb = self.undelivered.popleft()
+            unheld(inb)
+            if self.diversion is not None:
+                self.diversion.n_fallback += 1
+            f.forward(inb, NULL, 0)
         return 0
 
     cdef int add_producer(self, Link link) except -1:
@@ -152,7 +183,7 @@ cdef class Address:
         while self.undelivered and link.credit - len(link.pending) > 0 and \
                 not link.conn.write_paused:
             inb = self.undelivered.popleft()
-            if inb.link is None and not inb.presettled and inb.durable_key is None:
+            if orphan(inb):
                 continue          # its producer is gone: never delivered, nobody to tell
             if inb.transit and link.inter_router and not link.transit_ok:
                 self.undelivered.appendleft(inb)
@@ -252,9 +283,21 @@ cdef class Address:
         cdef Link c
         cdef Delivery out
         cdef list copies
+        cdef Address f
         if data == NULL:
             data = <const uint8_t*>PyBytes_AS_STRING(inb.payload)
             n = PyBytes_GET_SIZE(inb.payload)
+        if self.diversion is not None:
+            if not self.consumers and self.distribution != DIST_MULTICAST:
+                f = fallback_target(self)
+                if f is not None:
+                    # no consumer anywhere in the mesh: the fallback address routes it (its
+                    # consumers' outcome is the producer's), diversion.pxi
+                    self.n_in += 1
+                    self.diversion.n_fallback += 1
+                    return f.forward(inb, data, n)
+            if keeps_payload(self) and inb.payload is None and not inb.presettled:
+                inb.payload = PyBytes_FromStringAndSize(<char*>data, n)
         self.n_in += 1
         if self.distribution == DIST_MULTICAST:
             if not self.consumers:
@@ -344,6 +387,10 @@ cdef int copy_outcome(Delivery out, int code, bytes raw, int event=J_OUTCOME) ex
         jr(out.link, out, inb, event, journal_outcome(code), 0,
            J_RELEASED_BACK if code == D_RELEASED or code == D_MODIFIED else -1)
     if inb.copies is None:
+        if (code == D_REJECTED or code == D_MODIFIED) and out.link is not None and \
+                out.link.address is not None and out.link.address.diversion is not None and \
+                dead_letter(out, inb, code, raw):
+            return 0              # re-sent to the dead-letter address (diversion.pxi)
         return apply_outcome(inb, code, raw)
     if outcome_rank(code) > outcome_rank(inb.best):
         inb.best = code
@@ -366,6 +413,8 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
     inb.outcome_code = code
     inb.outcome_raw = raw
     if link is None:
+        if inb.dead_letter is not None:
+            return dead_letter_done(inb, code)    # diversion.pxi
         if inb.durable_key is not None:
             # a durable producer is away: remember the outcome for when it resumes
             j_put(durable_router, inb, inb.durable_key, raw, None, None)

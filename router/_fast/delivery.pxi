@@ -58,6 +58,7 @@ cdef class Delivery:
     cdef Delivery jsrc            # journal: the origin of one Python sends (Link.send)
     cdef bytes jotag              # journal: the origin's tag when not `tag` (from a router)
     cdef bint transit             # mesh: inbound on an inter-router link (not from a client)
+    cdef DeadLetter dead_letter   # a dead-letter resend: what it stands for (diversion.pxi)
 
     @staticmethod
     cdef inline Delivery new(Link link, uint32_t delivery_id, bytes tag):
@@ -155,3 +156,10 @@ cdef class Delivery:
         if link is None or not self.remote_settled:
             return
         link.conn.queue_disposition(link.session, True, self.delivery_id, True, None)
+
+
+cdef inline bint orphan(Delivery inb) noexcept:
+    """An unsettled inbound delivery whose producer is gone, and that nobody waits for: no
+    durable terminus holds it, and it is no dead-letter resend (the router's own message)."""
+    return inb.link is None and not inb.presettled and inb.durable_key is None and \
+        inb.dead_letter is None

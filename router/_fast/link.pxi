@@ -392,8 +392,7 @@ cdef class Link:
                 unheld(out.inbound)  # a copy deliver() queued leaves the queue (held)
             if out.offset == 0 and (out.settled or (
                     not out.own_payload and out.inbound is not None and
-                    out.inbound.link is None and not out.inbound.presettled and
-                    out.inbound.durable_key is None)):
+                    orphan(out.inbound))):
                 # the producer went away before this copy was written: drop it (never seen);
                 # a durable producer's delivery is held for it, not gone
                 del self.pending[0]

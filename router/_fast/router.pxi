@@ -50,10 +50,14 @@ cdef class Router:
     # journal_sink(batch) takes a batch (JournalWriter.append_buffers)
     cdef JournalBuffer jbuf
     cdef object journal_sink
+    # fallback and dead-letter addresses (diversion.pxi)
+    cdef readonly Diversions diversions
 
     def __init__(self, str container_id not None, *, int64_t link_capacity=250,
-                 resolver=None, dict open_properties=None, schedule=None):
+                 resolver=None, dict open_properties=None, schedule=None, diversions=None):
         self.addresses = {}
+        self.diversions = Diversions()
+        self.diversions.resolver = diversions
         self.dirty = []
         self.anonymous = set()
         self.unroutable = {}
@@ -228,6 +232,7 @@ cdef class Router:
             a.name = name
             a.distribution = distribution
             a.router = self
+            self.diversions.attach(a)
             self.addresses[name] = a
             self.unroutable.clear()
         return a
@@ -236,7 +241,19 @@ cdef class Router:
         if not a.consumers and not a.producers and not a.undelivered:
             if self.addresses.get(a.name) is a:
                 del self.addresses[a.name]
+                self.diversions.detach(a)
         return 0
+
+    def refresh_diversions(self):
+        """The address entries changed (management): every address in use asks for its
+        fallback and dead-letter addresses again (diversion.pxi)."""
+        cdef Address a
+        self.diversions.dependents.clear()
+        self.diversions.anonymous.clear()
+        for a in self.addresses.values():
+            self.diversions.attach(a)
+        for a in list(self.addresses.values()):
+            a.grant()
 
     cdef int anonymous_producer(self, Link link) except -1:
         # 2.6 / ANONYMOUS-RELAY: credit for a null-target link does not depend on one
@@ -259,6 +276,13 @@ cdef class Router:
         a = self.addresses.get(to)
         if a is not None and a.distribution != DIST_UNAVAILABLE and a.consumers:
             return a.forward(d, data, n)
+        if a is None or not a.consumers:
+            # nobody consumes `to` anywhere in the mesh: its fallback may (diversion.pxi)
+            fb = self.diversions.anonymous_fallback(to)
+            if fb is not None:
+                a = self.addresses.get(fb)
+                if a is not None and a.distribution != DIST_UNAVAILABLE and a.consumers:
+                    return a.forward(d, data, n)
         refusal = self.unroutable.get(to)
         if refusal is None:
             dist = "balanced"

@@ -706,6 +706,23 @@ def two_hop(presettled: bool) -> Callable[[Bench], Row]:
     return scenario
 
 
+def dead_letter_set(b: Bench) -> Row:
+    """One hop, unsettled, to an address whose entry has a `dead_letter` (docs/brokers.md):
+    every message is accepted, so this is the price of the setting itself, the router keeping
+    each message's bytes until its outcome, against the one-hop-unsettled row."""
+    conf = b.cfg.logs / "dead-letter.toml"
+    conf.write_text(
+        '[[address]]\nprefix = "bench.dl"\ndistribution = "balanced"\ndead_letter = "bench.dlq"\n'
+    )
+    row = b.through_router(
+        "one-hop unsettled, dead_letter set",
+        addr="bench.dl.q",
+        router_args=("--config", str(conf)),
+    )
+    row.note = row.note or "vs one-hop unsettled: the copy kept per message"
+    return row
+
+
 def multicast(b: Bench) -> Row:
     row = b.through_router(
         "multicast 1→3",
@@ -884,6 +901,7 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "two-hop-unsettled": two_hop(False),
     "two-hop-presettled": two_hop(True),
     "multicast": multicast,
+    "dead-letter": dead_letter_set,
     "journal": journal_on(),
     "memory-durable": durable_links("memory"),
     "lmdb-durable": durable_links("lmdb"),
