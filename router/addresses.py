@@ -77,6 +77,7 @@ class AddressEntry:
     pattern: str | None
     distribution: str
     guarantee: str | None = None
+    waypoint: bool = False  # a broker queue stands in the address's path (docs/brokers.md)
 
     def __post_init__(self) -> None:
         if (self.prefix is None) == (self.pattern is None):
@@ -94,6 +95,10 @@ class AddressEntry:
                 raise ValueError(
                     f"a guarantee needs distribution multicast, not {self.distribution}"
                 )
+        if self.waypoint and self.distribution not in ("balanced", "closest"):
+            raise ValueError(
+                f"a waypoint needs distribution balanced or closest, not {self.distribution}"
+            )
         if self.prefix is not None:
             object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
         if self.pattern is not None:
@@ -183,6 +188,7 @@ class AddressTable:
                 pattern=entry.pattern,
                 distribution=entry.distribution,
                 guarantee=getattr(entry, "guarantee", None),
+                waypoint=bool(getattr(entry, "waypoint", False)),
             )
         key = entry.key
         if key in self._order:
@@ -245,6 +251,11 @@ class AddressTable:
         """The guarantee of `address`'s best entry (exactly-once, at-least-once), or None."""
         entry = self.match(address)
         return entry.guarantee if entry is not None else None
+
+    def waypoint(self, address: str) -> bool:
+        """Whether `address`'s best entry is a waypoint (docs/brokers.md)."""
+        entry = self.match(address)
+        return entry is not None and entry.waypoint
 
     def match(self, address: str) -> AddressEntry | None:
         """The most specific entry matching `address`, or None when nothing matches."""

@@ -125,7 +125,7 @@ _LISTENER_CREATE: dict[str, str | None] = {
 _CONNECTOR_CREATE: dict[str, str | None] = {
     "host": "host",
     "port": "port",
-    "role": None,  # inter-router only
+    "role": None,  # inter-router, or route-container (passed on by create_connector)
     "cost": "cost",
     "verifyHostname": "tls_verify_hostname",
     "saslUsername": "sasl_username",
@@ -452,11 +452,15 @@ class DispatchSchema:
 
     def create_connector(self, name: str | None, attrs: dict[str, Any]) -> Reply:
         role = attrs.get("role", "inter-router")
-        if role != "inter-router":
+        if role not in ("inter-router", "route-container"):
             raise ManagementError(
-                400, f"connector role {role!r}: qrouter's connectors are inter-router only"
+                400,
+                f"connector role {role!r}: qrouter's connectors are inter-router or "
+                "route-container (a broker, docs/brokers.md)",
             )
         ours = _translate("connector", attrs, _CONNECTOR_CREATE, {})
+        if role == "route-container":
+            ours["role"] = role
         create = self.node.types["connector"].create
         assert create is not None
         return create(name, ours)
