@@ -111,8 +111,6 @@ class ConnectorConfig:
     """An outgoing connection, reconnected with backoff: to another router (role inter-router,
     docs/mesh.md) or to a broker (role route-container, docs/brokers.md)."""
 
-    name: str | None = None  # autolinks name the connector they use; default HOST:PORT
-    role: str = "inter-router"
     host: str = "127.0.0.1"
     port: int = 55672
     cost: int = 1  # the link cost this router advertises for the connection (at least 1)
@@ -128,6 +126,8 @@ class ConnectorConfig:
     sasl_username: str | None = None
     sasl_password_file: str | None = None
     sasl_password_env: str | None = None
+    name: str | None = None  # autolinks name the connector they use; default HOST:PORT
+    role: str = "inter-router"  # or route-container: a broker (docs/brokers.md)
 
     @property
     def tls(self) -> bool:

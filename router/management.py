@@ -948,6 +948,7 @@ class ManagementNode:
                     "pattern": entry.pattern,
                     "distribution": entry.distribution,
                     "guarantee": entry.guarantee,
+                    "waypoint": entry.waypoint,
                     "origin": origin,
                 }
             )
@@ -961,6 +962,7 @@ class ManagementNode:
                 pattern=None if pattern is None else str(pattern),
                 distribution=str(attrs.get("distribution") or "balanced"),
                 guarantee=None if attrs.get("guarantee") is None else str(attrs["guarantee"]),
+                waypoint=_trace_flag(attrs.get("waypoint") or False, "waypoint"),  # docs/brokers.md
             )
         except ValueError as exc:
             raise ManagementError(400, str(exc)) from None
@@ -985,8 +987,9 @@ class ManagementNode:
             "pattern": row["pattern"],
             "distribution": row["distribution"],
             "guarantee": row["guarantee"],
+            "waypoint": row["waypoint"],
         }
-        for key in ("distribution", "guarantee"):
+        for key in ("distribution", "guarantee", "waypoint"):
             if key in attrs:
                 merged[key] = attrs[key]
         entry = self._entry(merged)
@@ -1308,7 +1311,7 @@ AUTOLINK_ATTRIBUTES = (
     "credit", "origin",
 )  # fmt: skip
 ADDRESS_ATTRIBUTES = (
-    "identity", "name", "prefix", "pattern", "distribution", "guarantee", "origin",
+    "identity", "name", "prefix", "pattern", "distribution", "guarantee", "waypoint", "origin",
 )  # fmt: skip
 ROUTER_ADDRESS_ATTRIBUTES = (
     "identity", "name", "distribution", "consumers", "producers", "undelivered",
@@ -1353,12 +1356,12 @@ def _is_message_id(v: Any) -> bool:
     return isinstance(v, uuid.UUID | bytes | str)
 
 
-def _trace_flag(value: Any) -> bool:
+def _trace_flag(value: Any, name: str = "trace") -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ManagementError(400, f"trace must be true or false, not {_clip(value)}")
+    raise ManagementError(400, f"{name} must be true or false, not {_clip(value)}")
 
 
 def _on(flag: bool) -> str:

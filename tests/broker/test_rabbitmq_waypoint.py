@@ -246,3 +246,35 @@ def test_broker_killed_mid_stream(broker_up: RabbitMQ, router: Any, blocking: An
     missing = accepted - got
     assert not missing, f"{len(missing)} accepted messages lost, e.g. {sorted(missing)[:5]}"
     assert got <= set(stream.sent.values())  # nothing the producer did not send
+
+
+def test_connector_and_autolinks_made_at_run_time(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """`qrouter-tool manage` creates the connector (role route-container), the waypoint
+    address and both autolinks of a router started without any; a message goes through the
+    queue; deleting them detaches the autolinks and closes the broker connection."""
+    q = _queue("runtime")
+    r = router("B")
+    url = ["--url", r.url, "--json"]
+    created = ok(
+        "manage", "create", "--type", "connector", "--name", "rabbit", "role=route-container",
+        f"host={HOST}", f"port={broker_up.port}", *url,
+    ).json()  # fmt: skip
+    assert created["role"] == "route-container" and created["name"] == "rabbit"
+    ok("manage", "create", "--type", "address", f"prefix={q}", "waypoint=true", *url)
+    for direction in ("out", "in"):
+        ok(
+            "manage", "create", "--type", "autoLink", f"address={q}", f"direction={direction}",
+            "connection=rabbit", f"externalAddress=/queue/{q}", *url,
+        )  # fmt: skip
+    retry(lambda: _autolinks_active(r, 2), timeout=20, message="autolinks not attached")
+    assert set(_send(blocking, r.url, q, ["rt"])) == {Delivery.ACCEPTED}
+    assert _receive(blocking, r.url, q, 1) == ["rt"]
+
+    ok("manage", "delete", "--type", "autoLink", "--identity", "autoLink/0", *url)
+    rows = ok("manage", "query", "--type", "autoLink", *url).json()
+    assert [(row["direction"], row["operStatus"]) for row in rows] == [("in", "active")]
+    ok("manage", "delete", "--type", "connector", "--name", "rabbit", *url)
+    assert ok("manage", "query", "--type", "connector", *url).json() == []
+    retry(lambda: not _autolinks_active(r, 1), timeout=10, message="autolink still active")
