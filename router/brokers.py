@@ -262,6 +262,8 @@ class Brokers:
                     "external_address": al.external_address,
                     "operStatus": "active" if up else "inactive",
                     "credit": link.credit if up and link is not None else None,
+                    # out: deliveries sent to the broker on the current attachment
+                    "deliveries": link.n_delivered if link is not None else 0,
                     "origin": "management" if id(al) in self.created else "config",
                 }
             )

@@ -1308,7 +1308,7 @@ CONNECTOR_ATTRIBUTES = (
 )  # fmt: skip
 AUTOLINK_ATTRIBUTES = (
     "identity", "name", "address", "direction", "connection", "external_address", "operStatus",
-    "credit", "origin",
+    "credit", "deliveries", "origin",
 )  # fmt: skip
 ADDRESS_ATTRIBUTES = (
     "identity", "name", "prefix", "pattern", "distribution", "guarantee", "waypoint", "origin",
