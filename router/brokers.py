@@ -62,6 +62,7 @@ class Brokers:
         self.conns: dict[str, Connection] = {}  # connector name -> its open connection
         self.links: dict[int, Link] = {}  # id(AutoLinkConfig) -> its link (attaching or up)
         self.created: set[int] = set()  # id(AutoLinkConfig) of autolinks made by management
+        self.refusals: dict[int, str] = {}  # id(AutoLinkConfig) -> the broker's last error
         self._tasks: dict[int, asyncio.Task[None]] = {}  # id(ConnectorConfig) -> its task
         self._connect: Callable[[ConnectorConfig], Any] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -139,15 +140,39 @@ class Brokers:
         if conn.closed or current is None or current is not conn:
             return
         current.info = (name, current.begin())
+        self._watch(conn, name)
+
+    def _watch(self, conn: Connection, name: str) -> None:
+        """Attach what is missing, now and every REATTACH seconds while the connection
+        lasts: autolinks the broker detached or refused, and all of them when it ended
+        their session."""
+        if conn.closed or self.conns.get(name) is not conn:
+            return
+        self._session(name)  # a new one if the broker ended it (its links are dropped)
         for al in self.autolinks:
-            if al.connection == name:
+            if al.connection == name and id(al) not in self.links:
                 self._attach(al)
+        asyncio.get_running_loop().call_later(REATTACH, self._watch, conn, name)
 
     def _session(self, name: str) -> Any:
         conn = self.conns.get(name)
         if conn is None or conn.closed or not isinstance(conn.info, tuple):
             return None
-        return conn.info[1]
+        session = conn.info[1]
+        if session.ended:
+            # 2.5.5: the broker ended the session, e.g. RabbitMQ on a queue it does not have
+            # (amqp:not-found); the links on it are gone: a new session for their successors
+            log.warning(
+                "[C%d] broker %r ended the autolinks' session; beginning a new one",
+                conn.conn_id,
+                name,
+            )
+            for key, link in list(self.links.items()):
+                if link.conn is conn:
+                    del self.links[key]
+            session = conn.begin()
+            conn.info = (name, session)
+        return session
 
     def _attach(self, al: AutoLinkConfig) -> None:
         """2.6.3: the router's ATTACH for an autolink; the broker's answer binds it."""
@@ -179,6 +204,7 @@ class Brokers:
         terminus = fields.get("target" if link.is_sender else "source")
         if terminus is None:
             return  # 2.6.3: refused; its DETACH follows (on_detach attaches it again later)
+        self.refusals.pop(id(al), None)
         distribution = self.core.distribution_of(al.address)
         if link.is_sender:
             # out: a consumer of the address, with the broker's credit; the producer's
@@ -208,19 +234,19 @@ class Brokers:
             self.core.mesh.touch(link)  # it may have been the address's last consumer here
         if conn.closed:
             return  # the connection comes back with the connector; its autolinks with it
-        log.warning(
-            "[C%d] autolink %s %r detached by the broker: %s; attaching again in %.0f s",
+        # a broker that keeps refusing (e.g. a queue it will not declare) is told once
+        text = _error_text(error)
+        level = logging.DEBUG if self.refusals.get(id(al)) == text else logging.WARNING
+        self.refusals[id(al)] = text
+        log.log(
+            level,
+            "[C%d] autolink %s %r detached by the broker: %s; attaching again within %.0f s",
             conn.conn_id,
             al.direction,
             al.address,
-            _error_text(error),
+            text,
             REATTACH,
         )
-        asyncio.get_running_loop().call_later(REATTACH, self._reattach, al)
-
-    def _reattach(self, al: AutoLinkConfig) -> None:
-        if any(a is al for a in self.autolinks):
-            self._attach(al)
 
     def on_closed(self, conn: Connection) -> None:
         for name, c in list(self.conns.items()):

@@ -882,7 +882,16 @@ def _check_autolinks(cfg: RouterConfig, origin: Callable[[str], _Origin]) -> Non
     brokers = {
         cc.name or f"{cc.host}:{cc.port}" for cc in cfg.connectors if cc.role == "route-container"
     }
+    seen: set[tuple[str, str, str]] = set()
     for i, al in enumerate(cfg.autolinks):
+        key = (al.address, al.direction, al.connection)
+        if key in seen:
+            raise ConfigError(
+                f"a second {al.direction} autolink for {al.address!r} on {al.connection!r}",
+                file=origin("autolink")[0],
+                key=f"autolink[{i}]",
+            )
+        seen.add(key)
         if al.connection not in brokers:
             raise ConfigError(
                 f"no connector named {al.connection!r} with role route-container",

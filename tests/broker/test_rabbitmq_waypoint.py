@@ -278,3 +278,25 @@ def test_connector_and_autolinks_made_at_run_time(
     ok("manage", "delete", "--type", "connector", "--name", "rabbit", *url)
     assert ok("manage", "query", "--type", "connector", *url).json() == []
     retry(lambda: not _autolinks_active(r, 1), timeout=10, message="autolink still active")
+
+
+def test_refused_autolink_is_attached_again(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """An in-autolink on a queue the broker does not have (/amq/queue/NAME needs an existing
+    one) is refused (RabbitMQ 3.10 ends the session with amqp:not-found); once the queue
+    exists the router's next attempt, on a new session, attaches it."""
+    q = _queue("later")
+    config = broker_config(broker_up, q, out=False)
+    config["autolink"][0]["external_address"] = f"/amq/queue/{q}"
+    r = router("B", config=config)
+    retry(
+        lambda: "ended the autolinks' session" in r.outfile.read_text(errors="replace"),
+        timeout=20,
+        message="the broker did not refuse the autolink",
+    )
+    assert not _autolinks_active(r, 1)
+    # declare the queue (durable, as the routers would) with a message in it
+    assert set(_send(blocking, broker_up.url, f"/queue/{q}", ["waited"])) == {Delivery.ACCEPTED}
+    retry(lambda: _autolinks_active(r, 1), timeout=20, message="autolink not attached again")
+    assert _receive(blocking, r.url, q, 1) == ["waited"]

@@ -72,6 +72,8 @@ def test_cli_connect_keeps_the_broker_connectors(tmp_path: Path) -> None:
         ('[[autolink]]\naddress = "a"\ndirection = "in"\nconnection = "rabbit"\nqueue = "x"\n',
          "queue", ""),
         ('[[connector]]\nname = "rabbit"\nport = 1\n', "connector[1].name", "second connector"),
+        ('[[autolink]]\naddress = "a"\ndirection = "in"\nconnection = "rabbit"\n' * 2,
+         "autolink[1]", "a second in autolink"),
         ('[[connector]]\nrole = "broker"\n', "connector[1].role", "broker"),
         ('[[address]]\nprefix = "m"\ndistribution = "multicast"\nwaypoint = true\n',
          "waypoint", "balanced or closest"),
