@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.certs import make_certs
 from tests.harness import HOST, free_port, port_open, tail
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # not /usr/sbin's wrapper: it changes user
@@ -34,6 +35,7 @@ class RabbitMQ:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.port = free_port()
+        self.tls_port = free_port()  # TLS with a throw-away CA (tests/certs.py): self.certs.ca
         self.dist_port = free_port()
         self.epmd_port = free_port()
         self.node = f"qrouter-test-{os.getpid()}-{self.port}@localhost"
@@ -48,8 +50,15 @@ class RabbitMQ:
             cookie.write_text(f"qroutertest{self.port}")
             cookie.chmod(0o400)
         (directory / "enabled_plugins").write_text("[rabbitmq_amqp1_0].\n")
+        self.certs = make_certs(directory / "certs")
         (directory / "rabbitmq.conf").write_text(
             f"listeners.tcp.default = {HOST}:{self.port}\n"
+            f"listeners.ssl.default = {HOST}:{self.tls_port}\n"
+            f"ssl_options.cacertfile = {self.certs.ca}\n"
+            f"ssl_options.certfile = {self.certs.server_cert}\n"
+            f"ssl_options.keyfile = {self.certs.server_key}\n"
+            "ssl_options.verify = verify_none\n"
+            "ssl_options.fail_if_no_peer_cert = false\n"
             "loopback_users = none\n"  # guest from 127.0.0.1 only anyway: loopback ports
             "log.console = true\n"
             "log.file = false\n"

@@ -300,3 +300,35 @@ def test_refused_autolink_is_attached_again(
     assert set(_send(blocking, broker_up.url, f"/queue/{q}", ["waited"])) == {Delivery.ACCEPTED}
     retry(lambda: _autolinks_active(r, 1), timeout=20, message="autolink not attached again")
     assert _receive(blocking, r.url, q, 1) == ["waited"]
+
+
+@pytest.mark.parametrize(("password", "works"), [("guest", True), ("wrong", False)])
+def test_tls_and_sasl_plain_to_the_broker(
+    broker_up: RabbitMQ, router: Any, blocking: Any, tmp_path: Path, password: str, works: bool
+) -> None:
+    """The connector's TLS (the broker's certificate checked against tls_ca) and SASL PLAIN
+    (a password file), as for inter-router connectors: the right password attaches the
+    autolinks; a wrong one is refused by the broker and the autolinks stay inactive."""
+    q = _queue("tls")
+    secret = tmp_path / "rabbit.password"
+    secret.write_text(password + "\n")
+    config = broker_config(broker_up, q)
+    config["connector"][0].update(
+        port=broker_up.tls_port,
+        tls_ca=str(broker_up.certs.ca),
+        sasl_mechanism="PLAIN",
+        sasl_username="guest",
+        sasl_password_file=str(secret),
+    )
+    r = router("B", config=config)
+    if works:
+        retry(lambda: _autolinks_active(r, 2), timeout=20, message="autolinks not attached")
+        assert set(_send(blocking, r.url, q, ["tls"])) == {Delivery.ACCEPTED}
+        assert _receive(blocking, r.url, q, 1) == ["tls"]
+        return
+    retry(
+        lambda: "connector 127.0.0.1" in r.outfile.read_text(errors="replace"),
+        timeout=20,
+        message="no connector error logged",
+    )
+    assert not _autolinks_active(r, 1)
