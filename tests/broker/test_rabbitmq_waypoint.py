@@ -20,6 +20,7 @@ from proton.reactor import Container, LinkOption
 
 from tests.broker.rabbitmq import RabbitMQ
 from tests.harness import HOST, MeshRouter, retry
+from tests.management.test_dispatch_compat import D, Mgmt
 from tests.management.tooling import ok
 
 _queues = itertools.count(1)
@@ -263,12 +264,19 @@ def test_connector_and_autolinks_made_at_run_time(
     ).json()  # fmt: skip
     assert created["role"] == "route-container" and created["name"] == "rabbit"
     ok("manage", "create", "--type", "address", f"prefix={q}", "waypoint=true", *url)
-    for direction in ("out", "in"):
-        ok(
-            "manage", "create", "--type", "autoLink", f"address={q}", f"direction={direction}",
-            "connection=rabbit", f"externalAddress=/queue/{q}", *url,
-        )  # fmt: skip
+    ok(
+        "manage", "create", "--type", "autoLink", f"address={q}", "direction=out",
+        "connection=rabbit", f"external_address=/queue/{q}", *url,
+    )  # fmt: skip
+    # the in-autolink as qdmanage creates it: Dispatch's type and attribute names
+    m = Mgmt(blocking(r.url))
+    status, text, row = m.request(
+        {"address": q, "direction": "in", "connection": "rabbit", "externalAddress": f"/queue/{q}"},
+        operation="CREATE", type=D + "router.config.autoLink", name="from-rabbit",
+    )  # fmt: skip
+    assert status == 201 and row["phase"] == 1, text
     retry(lambda: _autolinks_active(r, 2), timeout=20, message="autolinks not attached")
+    assert {x["operStatus"] for x in m.qdstat("autoLink", ["operStatus"])} == {"active"}
     assert set(_send(blocking, r.url, q, ["rt"])) == {Delivery.ACCEPTED}
     assert _receive(blocking, r.url, q, 1) == ["rt"]
 
