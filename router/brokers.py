@@ -63,6 +63,7 @@ class Brokers:
         self.links: dict[int, Link] = {}  # id(AutoLinkConfig) -> its link (attaching or up)
         self.created: set[int] = set()  # id(AutoLinkConfig) of autolinks made by management
         self.refusals: dict[int, str] = {}  # id(AutoLinkConfig) -> the broker's last error
+        self.ended_on: set[int] = set()  # connections whose broker ended a session of ours
         self._tasks: dict[int, asyncio.Task[None]] = {}  # id(ConnectorConfig) -> its task
         self._connect: Callable[[ConnectorConfig], Any] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -161,8 +162,12 @@ class Brokers:
         session = conn.info[1]
         if session.ended:
             # 2.5.5: the broker ended the session, e.g. RabbitMQ on a queue it does not have
-            # (amqp:not-found); the links on it are gone: a new session for their successors
-            log.warning(
+            # (amqp:not-found); the links on it are gone: a new session for their successors.
+            # Told once per connection (it may go on every REATTACH seconds), then debug.
+            first = conn.conn_id not in self.ended_on
+            self.ended_on.add(conn.conn_id)
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
                 "[C%d] broker %r ended the autolinks' session; beginning a new one",
                 conn.conn_id,
                 name,
@@ -255,6 +260,7 @@ class Brokers:
         for key, link in list(self.links.items()):
             if link.conn is conn:
                 del self.links[key]
+        self.ended_on.discard(conn.conn_id)
 
     # -- management (autoLink entities) ---------------------------------------------------------
 
@@ -267,6 +273,7 @@ class Brokers:
     def remove_autolink(self, al: AutoLinkConfig) -> None:
         self.autolinks[:] = [a for a in self.autolinks if a is not al]
         self.created.discard(id(al))
+        self.refusals.pop(id(al), None)
         link = self.links.pop(id(al), None)
         if link is not None:
             link.detach()

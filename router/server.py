@@ -152,9 +152,9 @@ class AmqpProtocol(asyncio.Protocol):
 
 
 class ConnectorProtocol(AmqpProtocol):
-    """An inter-router connection the router opens (client mode, the connector's SASL
-    mechanism); `closed` completes when it goes, for the connector to reconnect
-    (router/inter_router.py)."""
+    """A connection the router opens (client mode, the connector's SASL mechanism): to
+    another router, or to a broker (role route-container); `closed` completes when it goes,
+    for the connector to reconnect (router/inter_router.py, router/brokers.py)."""
 
     __slots__ = ("connector", "closed", "sasl")
 
