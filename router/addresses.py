@@ -82,6 +82,7 @@ class AddressEntry:
     guarantee: str | None = None
     fallback: str | None = None  # where messages go while nobody consumes the address
     dead_letter: str | None = None  # where rejected / undeliverable-here messages go
+    waypoint: bool = False  # a broker queue stands in the address's path (docs/brokers.md)
 
     def __post_init__(self) -> None:
         if (self.prefix is None) == (self.pattern is None):
@@ -100,6 +101,10 @@ class AddressEntry:
                     f"a guarantee needs distribution multicast, not {self.distribution}"
                 )
         check_diversion(self.distribution, self.fallback, self.dead_letter)
+        if self.waypoint and self.distribution not in ("balanced", "closest"):
+            raise ValueError(
+                f"a waypoint needs distribution balanced or closest, not {self.distribution}"
+            )
         if self.prefix is not None:
             object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
         if self.pattern is not None:
@@ -207,6 +212,7 @@ class AddressTable:
                 guarantee=getattr(entry, "guarantee", None),
                 fallback=getattr(entry, "fallback", None),
                 dead_letter=getattr(entry, "dead_letter", None),
+                waypoint=bool(getattr(entry, "waypoint", False)),
             )
         key = entry.key
         if key in self._order:
@@ -277,6 +283,11 @@ class AddressTable:
         if entry is None or (entry.fallback is None and entry.dead_letter is None):
             return None
         return (entry.fallback, entry.dead_letter)
+
+    def waypoint(self, address: str) -> bool:
+        """Whether `address`'s best entry is a waypoint (docs/brokers.md)."""
+        entry = self.match(address)
+        return entry is not None and entry.waypoint
 
     def match(self, address: str) -> AddressEntry | None:
         """The most specific entry matching `address`, or None when nothing matches."""

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 ROLES = ("normal", "inter-router")
 SASL_MECHANISMS = ("ANONYMOUS", "PLAIN", "SCRAM-SHA-256", "EXTERNAL")
 CONNECTOR_MECHANISMS = ("ANONYMOUS", "PLAIN", "SCRAM-SHA-256", "EXTERNAL")
+# a connector's role: another router of the mesh, or a broker (docs/brokers.md)
+CONNECTOR_ROLES = ("inter-router", "route-container")
+AUTOLINK_DIRECTIONS = ("in", "out")
 EXTERNAL_USER = ("subject", "cn")  # EXTERNAL's user name: RFC 4514 subject DN, or its CN
 STORES = ("memory", "lmdb", "leveldb")
 STORE_SYNC = ("batched", "always")
@@ -111,7 +114,8 @@ class LoginConfig:
 
 @dataclass
 class ConnectorConfig:
-    """An outgoing inter-router connection (docs/mesh.md): reconnected with backoff."""
+    """An outgoing connection, reconnected with backoff: to another router (role inter-router,
+    docs/mesh.md) or to a broker (role route-container, docs/brokers.md)."""
 
     host: str = "127.0.0.1"
     port: int = 55672
@@ -128,6 +132,8 @@ class ConnectorConfig:
     sasl_username: str | None = None
     sasl_password_file: str | None = None
     sasl_password_env: str | None = None
+    name: str | None = None  # autolinks name the connector they use; default HOST:PORT
+    role: str = "inter-router"  # or route-container: a broker (docs/brokers.md)
 
     @property
     def tls(self) -> bool:
@@ -142,6 +148,25 @@ class AddressConfig:
     guarantee: str | None = None  # exactly-once | at-least-once (docs/exactly-once.md)
     fallback: str | None = None  # address used while nobody consumes this one (docs/brokers.md)
     dead_letter: str | None = None  # address for rejected / undeliverable-here deliveries
+    # messages to the address go to a broker queue and consumers receive from it, through
+    # autolinks (docs/brokers.md)
+    waypoint: bool = False
+
+
+@dataclass
+class AutoLinkConfig:
+    """A link the router keeps attached to a broker queue (docs/brokers.md): direction out,
+    the router sends the address's messages to the queue; in, it receives the queue's
+    messages for the address's consumers."""
+
+    address: str = ""
+    direction: str = "out"
+    connection: str = ""  # the name of a connector with role route-container
+    external_address: str | None = None  # the broker's name for the queue; None: `address`
+
+    @property
+    def queue(self) -> str:
+        return self.external_address or self.address
 
 
 @dataclass
@@ -150,6 +175,7 @@ class RouterConfig:
     listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
     connectors: list[ConnectorConfig] = field(default_factory=list)
     addresses: list[AddressConfig] = field(default_factory=list)
+    autolinks: list[AutoLinkConfig] = field(default_factory=list)
     default_distribution: str = "balanced"
     oslo_preset: bool = True
     users_file: str | None = None
@@ -277,7 +303,10 @@ def _readable_file(key: str, path: str) -> None:
 # -- TOML tables -> dataclasses -------------------------------------------------------------
 
 _LISTENER_KEYS = tuple(f.name for f in fields(ListenerConfig))
-_ADDRESS_KEYS = ("prefix", "pattern", "distribution", "guarantee", "fallback", "dead_letter")
+_ADDRESS_KEYS = (
+    "prefix", "pattern", "distribution", "guarantee", "fallback", "dead_letter", "waypoint",
+)  # fmt: skip
+_AUTOLINK_KEYS = ("address", "direction", "connection", "external_address")
 _CONNECTOR_KEYS = tuple(f.name for f in fields(ConnectorConfig))
 _TOP_KEYS = (
     "id",
@@ -309,6 +338,7 @@ _TOP_KEYS = (
     "listener",
     "connector",
     "address",
+    "autolink",
 )
 _LOG_KEYS = ("level", "format", "modules")
 
@@ -371,6 +401,10 @@ def _login(table: Mapping[str, Any]) -> LoginConfig:
 def _connector(key: str, table: Mapping[str, Any], base: str | None = None) -> ConnectorConfig:
     _check_keys(key, table, _CONNECTOR_KEYS)
     cc = ConnectorConfig()
+    if "name" in table:
+        cc.name = _want_str(f"{key}.name", table["name"]) or None
+    if "role" in table:
+        cc.role = _want_choice(f"{key}.role", table["role"], CONNECTOR_ROLES)
     if "host" in table:
         cc.host = _want_str(f"{key}.host", table["host"])
         if not cc.host:
@@ -482,7 +516,29 @@ def _address(key: str, table: Mapping[str, Any]) -> AddressConfig:
     for name in ("fallback", "dead_letter"):
         if name in table:
             setattr(ac, name, _want_str(f"{key}.{name}", table[name]))
+    if "waypoint" in table:
+        ac.waypoint = _want_bool(f"{key}.waypoint", table["waypoint"])
     return ac
+
+
+def autolink_from_table(key: str, table: Mapping[str, Any]) -> AutoLinkConfig:
+    """One ``[[autolink]]`` table (also the management node's CREATE autoLink)."""
+    _check_keys(key, table, _AUTOLINK_KEYS)
+    al = AutoLinkConfig()
+    for name in ("address", "connection"):
+        if name not in table:
+            raise ConfigError("is required", key=f"{key}.{name}")
+        setattr(al, name, _want_str(f"{key}.{name}", table[name]))
+        if not getattr(al, name):
+            raise ConfigError("must not be empty", key=f"{key}.{name}")
+    if "direction" not in table:
+        raise ConfigError('is required ("in" or "out")', key=f"{key}.direction")
+    al.direction = _want_choice(f"{key}.direction", table["direction"], AUTOLINK_DIRECTIONS)
+    if "external_address" in table:
+        al.external_address = (
+            _want_str(f"{key}.external_address", table["external_address"]) or None
+        )
+    return al
 
 
 def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
@@ -579,6 +635,9 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
     if "address" in doc:
         tables = _want_tables("address", doc["address"])
         cfg.addresses = [_address(f"address[{i}]", t) for i, t in enumerate(tables)]
+    if "autolink" in doc:
+        tables = _want_tables("autolink", doc["autolink"])
+        cfg.autolinks = [autolink_from_table(f"autolink[{i}]", t) for i, t in enumerate(tables)]
     return cfg
 
 
@@ -742,6 +801,12 @@ def _check_address(key: str, ac: AddressConfig) -> None:
             f"{ac.distribution!r} is not one of {', '.join(DISTRIBUTIONS)}",
             key=f"{key}.distribution",
         )
+    if ac.waypoint and ac.distribution not in ("balanced", "closest"):
+        # a broker queue hands each message to one consumer
+        raise ConfigError(
+            f"a waypoint needs distribution balanced or closest, not {ac.distribution}",
+            key=key if key.startswith("--") else f"{key}.waypoint",
+        )
     if ac.guarantee is not None:
         if ac.guarantee not in GUARANTEES:
             raise ConfigError(
@@ -818,6 +883,39 @@ def _cross_check(
         if metrics.port != 0 and (metrics.host, metrics.port) in seen:
             other = seen[(metrics.host, metrics.port)][1]
             raise fail(origin("metrics"), f"{cfg.metrics} is also used by {other}")
+
+
+def _check_autolinks(cfg: RouterConfig, origin: Callable[[str], _Origin]) -> None:
+    """Connector names are unique; an autolink names a connector with role route-container."""
+    names: set[str] = set()
+    for i, cc in enumerate(cfg.connectors):
+        name = cc.name or f"{cc.host}:{cc.port}"
+        if name in names:
+            raise ConfigError(
+                f"a second connector named {name!r}",
+                file=origin("connector")[0],
+                key=f"connector[{i}].name",
+            )
+        names.add(name)
+    brokers = {
+        cc.name or f"{cc.host}:{cc.port}" for cc in cfg.connectors if cc.role == "route-container"
+    }
+    seen: set[tuple[str, str, str]] = set()
+    for i, al in enumerate(cfg.autolinks):
+        key = (al.address, al.direction, al.connection)
+        if key in seen:
+            raise ConfigError(
+                f"a second {al.direction} autolink for {al.address!r} on {al.connection!r}",
+                file=origin("autolink")[0],
+                key=f"autolink[{i}]",
+            )
+        seen.add(key)
+        if al.connection not in brokers:
+            raise ConfigError(
+                f"no connector named {al.connection!r} with role route-container",
+                file=origin("autolink")[0],
+                key=f"autolink[{i}].connection",
+            )
 
 
 def _load_policy_file(path: str, where: _Origin) -> PolicyConfig:
@@ -983,8 +1081,11 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
             listener_origins = [where for _, where in kept] + [(None, "--inter-router-listen")]
             continue
         if name == "inter_router_connect":
-            # an empty value is meaningful: no connectors (the file's are dropped too)
+            # an empty value is meaningful: no inter-router connectors (the file's are dropped
+            # too); connectors to brokers stay
+            brokers = [cc for cc in cfg.connectors if cc.role == "route-container"]
             cfg.connectors = parse_connect(value) if isinstance(value, str) else list(value)
+            cfg.connectors += brokers
             continue
         if name in ("listen", "address") and isinstance(value, str):
             value = [value]
@@ -1037,4 +1138,5 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
         return (path, name)
 
     _cross_check(cfg, origin, listener_origins)
+    _check_autolinks(cfg, origin)
     return cfg

@@ -23,6 +23,7 @@ from router._fast.engine import (
 )
 from router.addresses import AddressTable
 from router.auth import UserDB, parse_plain
+from router.brokers import Brokers, consumer_address, phase_of
 from router.config import ConnectorConfig, ListenerConfig, RouterConfig
 from router.guarantee import Guarantees
 from router.journal import origin_id
@@ -99,6 +100,8 @@ class Core:
         self.mesh: Mesh | None = None
         # topics with a guarantee (router/guarantee.py): their links bypass the fast path
         self.guarantees = Guarantees(self)
+        # connectors to brokers and their autolinks (router/brokers.py)
+        self.brokers = Brokers(self)
         health = getattr(persistence, "health", None)
         if health is not None:  # a failed store commit is retried (router/store_health.py)
             health.retries += [self.engine.retry_commit, self.guarantees.retry]
@@ -113,7 +116,7 @@ class Core:
     def distribution_of(self, address: str) -> str:
         if address.startswith(DYNAMIC_PREFIX):
             return "closest"
-        return self.table.distribution(address)
+        return self.table.distribution(phase_of(address))  # a waypoint's phase 1: its own
 
     # -- durability 2: held deliveries -------------------------------------------------------
 
@@ -232,6 +235,8 @@ class ConnectionHandler:
         self.info: ConnInfo | None = None  # a client connection: what the policy knows of it
         self.dynamic: list[str] = []  # the dynamic source addresses this connection made
         self.sasl: Any = None  # router.sasl.ServerMechanisms: SCRAM / EXTERNAL, when asked
+        # our connection to a broker (router/brokers.py): its links are autolinks
+        self.broker = connector is not None and connector.role == "route-container"
 
     # 5.3.3.2 sasl-init
     def on_sasl(
@@ -302,6 +307,10 @@ class ConnectionHandler:
             )
             return
         log.info("[C%d] open from container %r", conn.conn_id, cid)
+        if self.broker:
+            assert self.connector is not None
+            self.core.brokers.on_open(conn, self.connector)
+            return
         # roles (docs/mesh.md): a router on a normal listener, or a client on an inter-router
         # listener, is refused before anything else happens
         from router.inter_router import is_inter_router_open
@@ -369,6 +378,9 @@ class ConnectionHandler:
         return refusal.description if refusal is not None else None
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
+        if self.broker:
+            self.core.brokers.on_attach(conn, link, fields)
+            return
         if self.inter_router:
             assert self.core.mesh is not None
             self.core.mesh.on_attach(conn, link, fields)
@@ -475,7 +487,8 @@ class ConnectionHandler:
                 "unsettled": _held_map(t, sender=True) if t.durable == 2 else None,
             }
         )
-        link.bind(address, DISTRIBUTION_CODES[distribution])
+        # a waypoint's consumers receive what its in-autolinks take from the broker (phase 1)
+        link.bind(consumer_address(self.core, address), DISTRIBUTION_CODES[distribution])
         if t.durable == 2:
             self._resume_consumer(link, t, fields.get("unsettled"))
         log.debug(
@@ -586,6 +599,9 @@ class ConnectionHandler:
         t.held = {}
 
     def on_detach(self, conn: Connection, link: Link, closed: bool, error: Any) -> None:
+        if self.broker:
+            self.core.brokers.on_detach(conn, link, error)
+            return
         if self.inter_router:
             assert self.core.mesh is not None
             self.core.mesh.on_detach(conn, link)
@@ -652,6 +668,8 @@ class ConnectionHandler:
                 del self.core.dynamic_owner[address]
         if self.inter_router and self.core.mesh is not None:
             self.core.mesh.on_closed(conn)
+        if self.broker:
+            self.core.brokers.on_closed(conn)
         log.info("[C%d] connection closed", conn.conn_id)
 
 

@@ -119,7 +119,6 @@ def _error(
 
 _UNSUPPORTED_ENTITIES = {
     "linkRoute": "link routes are not in qrouter yet",
-    "autoLink": "auto-links are not in qrouter yet",
     "policy": "Dispatch's policy (vhosts) is not in qrouter; use [policy] (docs/configuration.md)",
     "vhost": "Dispatch's vhost policy is not in qrouter; use [policy] (docs/configuration.md)",
     "exchange": "exchanges are not in qrouter",
@@ -173,6 +172,7 @@ class _Converter:
             "listener": self.listener,
             "connector": self.connector,
             "address": self.address,
+            "autoLink": self.autolink,
             "log": self.log,
             "sslProfile": lambda s: None,
         }
@@ -275,7 +275,7 @@ class _Converter:
             s,
             "connector",
             {
-                "name": _label,
+                "name": _to("name"),  # autoLinks name their connection by it
                 "host": _to("host"),
                 "port": _to("port", _port),
                 "role": _connector_role,
@@ -298,8 +298,27 @@ class _Converter:
                 "prefix": _to("prefix"),
                 "pattern": _to("pattern"),
                 "distribution": _to("distribution", _distribution),
-                "waypoint": _off("waypoints are not in qrouter"),
+                "waypoint": _to("waypoint", _boolean),
                 "enableFallback": _off("fallback addresses are not in qrouter"),
+            },
+        )
+
+    def autolink(self, s: Section) -> None:
+        """autoLink (docs/brokers.md): on a connector with role route-container."""
+        self.append(
+            s,
+            "autolink",
+            {
+                "name": _label,
+                "address": _to("address"),
+                "addr": _to("address"),  # the name before Dispatch 1.0
+                "direction": _to("direction", _direction),
+                "dir": _to("direction", _direction),
+                "connection": _to("connection"),
+                "externalAddress": _to("external_address"),
+                "externalAddr": _to("external_address"),
+                "phase": _never("address phases are not in qrouter (a waypoint's are fixed)"),
+                "containerId": _never("qrouter's autolinks name a connector (connection)"),
             },
         )
 
@@ -378,6 +397,13 @@ def _off(why: str) -> Rule:
     return rule
 
 
+def _never(why: str) -> Rule:
+    def rule(s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:
+        raise ValueError(why)
+
+    return rule
+
+
 def _on(why: str) -> Rule:
     def rule(s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:
         if not _boolean(value):
@@ -400,8 +426,17 @@ def _role(value: str) -> str:
 
 
 def _connector_role(s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:
-    if value != "inter-router":
-        raise ValueError(f"role {value!r}: qrouter's connectors are inter-router only")
+    if value not in ("inter-router", "route-container"):
+        raise ValueError(
+            f"role {value!r}: qrouter's connectors are inter-router or route-container"
+        )
+    table["role"] = value
+
+
+def _direction(value: str) -> str:
+    if value not in ("in", "out"):
+        raise ValueError(f"direction {value!r} is not in or out")
+    return value
 
 
 def _password(s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:

@@ -110,6 +110,10 @@ ADDRESS = (
     *_ENTITY, "prefix", "pattern", "distribution", "waypoint", "ingressPhase", "egressPhase",
     "priority", "enableFallback",
 )  # fmt: skip
+AUTOLINK = (
+    *_ENTITY, "address", "direction", "phase", "containerId", "connection", "externalAddress",
+    "operStatus", "linkRef", "lastError",
+)  # fmt: skip
 
 # what CREATE takes, as qrouter's name (None: taken and checked by the translation itself)
 _LISTENER_CREATE: dict[str, str | None] = {
@@ -125,7 +129,7 @@ _LISTENER_CREATE: dict[str, str | None] = {
 _CONNECTOR_CREATE: dict[str, str | None] = {
     "host": "host",
     "port": "port",
-    "role": None,  # inter-router only
+    "role": None,  # inter-router, or route-container (passed on by create_connector)
     "cost": "cost",
     "verifyHostname": "tls_verify_hostname",
     "saslUsername": "sasl_username",
@@ -134,9 +138,17 @@ _ADDRESS_CREATE: dict[str, str | None] = {
     "prefix": "prefix",
     "pattern": "pattern",
     "distribution": "distribution",
+    "waypoint": "waypoint",
 }
 # attributes CREATE accepts only with the value Dispatch treats as "off"
-_ADDRESS_DEFAULTS: dict[str, Any] = {"waypoint": False, "enableFallback": False}
+_ADDRESS_DEFAULTS: dict[str, Any] = {"enableFallback": False}
+_AUTOLINK_CREATE: dict[str, str | None] = {
+    "address": "address",
+    "direction": "direction",
+    "connection": "connection",
+    "externalAddress": "external_address",
+}
+_AUTOLINK_DEFAULTS: dict[str, Any] = {}
 _IGNORED = ("name", "identity", "type")
 _PORT_NAMES = {"amqp": 5672, "amqps": 5671}
 
@@ -198,12 +210,23 @@ class DispatchSchema:
                 delete=self.delete_connector,
             ),
             address,
+            DispatchType(
+                "router.config.autoLink",
+                AUTOLINK,
+                self.autolink_rows,
+                ("QUERY", "READ", "CREATE", "DELETE"),
+                create=self.create_autolink,
+                delete=node.delete_autolink,
+            ),
         ]
         for t in types:  # every row has every attribute of its type (null: no value here)
             t.rows = _completed(t.attributes, t.rows)
         self.types: dict[str, DispatchType] = {t.full_name: t for t in types}
         # qdmanage's --type=address and the configuration section's name
         self.types[DISPATCH_PREFIX + "address"] = address
+        self.types[DISPATCH_PREFIX + "autoLink"] = self.types[
+            DISPATCH_PREFIX + "router.config.autoLink"
+        ]
 
     def lookup(self, name: str) -> DispatchType | None:
         return self.types.get(name)
@@ -235,7 +258,7 @@ class DispatchSchema:
             nodeCount=ours["mesh_router_count"],
             connectionCount=ours["connection_count"],
             linkRouteCount=0,
-            autoLinkCount=0,
+            autoLinkCount=len(self.node.core.brokers.autolinks),
             acceptedDeliveries=ours["accepted"],
             rejectedDeliveries=ours["rejected"],
             releasedDeliveries=ours["released"],
@@ -374,11 +397,34 @@ class DispatchSchema:
                     prefix=ours["prefix"],
                     pattern=ours["pattern"],
                     distribution=ours["distribution"],
-                    waypoint=False,
+                    waypoint=ours["waypoint"],
                     enableFallback=False,
                 )
             )
         return rows
+
+    def autolink_rows(self) -> list[dict[str, Any]]:
+        return [
+            _entity(
+                "router.config.autoLink",
+                ours["name"],
+                ours["identity"],
+                address=ours["address"],
+                direction=ours["direction"],
+                phase=1 if ours["direction"] == "in" else 0,  # the waypoint's phases
+                connection=ours["connection"],
+                externalAddress=ours["external_address"],
+                operStatus=ours["operStatus"],
+            )
+            for ours in self.node.core.brokers.autolink_rows()
+        ]
+
+    def create_autolink(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        ours = _translate("autoLink", attrs, _AUTOLINK_CREATE, _AUTOLINK_DEFAULTS)
+        reply = self.node.create_autolink(name, ours)
+        assert isinstance(reply, Response)
+        rows = self.autolink_rows()
+        return Response(reply.status, reply.description, rows[-1])
 
     def create_address(self, name: str | None, attrs: dict[str, Any]) -> Reply:
         ours = _translate("address", attrs, _ADDRESS_CREATE, _ADDRESS_DEFAULTS)
@@ -452,11 +498,15 @@ class DispatchSchema:
 
     def create_connector(self, name: str | None, attrs: dict[str, Any]) -> Reply:
         role = attrs.get("role", "inter-router")
-        if role != "inter-router":
+        if role not in ("inter-router", "route-container"):
             raise ManagementError(
-                400, f"connector role {role!r}: qrouter's connectors are inter-router only"
+                400,
+                f"connector role {role!r}: qrouter's connectors are inter-router or "
+                "route-container (a broker, docs/brokers.md)",
             )
         ours = _translate("connector", attrs, _CONNECTOR_CREATE, {})
+        if role == "route-container":
+            ours["role"] = role
         create = self.node.types["connector"].create
         assert create is not None
         return create(name, ours)
@@ -555,7 +605,7 @@ def _convert(target: str, key: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ManagementError(400, f"{key}: {value!r} is not a number") from None
-    if target in ("require_auth", "tls_verify_hostname"):
+    if target in ("require_auth", "tls_verify_hostname", "waypoint"):
         return _boolean(key, value)
     if target == "sasl_mechanisms":
         return str(value).split()

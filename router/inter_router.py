@@ -131,7 +131,8 @@ class Mesh:
         self._tasks.append(self.loop.create_task(self._ticker()))
         self._connect = connect
         for cc in self.core.config.connectors:
-            self.add_connector(cc)
+            if cc.role == "inter-router":  # route-container ones are router/brokers.py's
+                self.add_connector(cc)
 
     def add_connector(self, cc: ConnectorConfig) -> None:
         """Start a connector (at start, and for the management node's CREATE): it connects

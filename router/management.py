@@ -34,7 +34,13 @@ from router import __version__
 from router._fast.codec import UByte, ULong
 from router._fast.engine import error_value, source_value, target_value
 from router.addresses import AddressEntry
-from router.config import ConfigError, ListenerConfig, connector_from_table, listener_from_table
+from router.config import (
+    ConfigError,
+    ListenerConfig,
+    autolink_from_table,
+    connector_from_table,
+    listener_from_table,
+)
 from router.log import tag
 from router.management_replies import ReplyBound
 from router.message import DecodeError, Message, decode_leading, decode_message, encode_message
@@ -204,7 +210,16 @@ class ManagementNode:
                     _ops("CREATE", "DELETE"),
                     create=self.create_connector,
                     delete=self.delete_connector,
-                    doc="outgoing inter-router connections ([[connector]] in the config)",
+                    doc="outgoing connections to routers and brokers ([[connector]] in the config)",
+                ),
+                EntityType(
+                    "autoLink",
+                    AUTOLINK_ATTRIBUTES,
+                    lambda: self.core.brokers.autolink_rows(),
+                    _ops("CREATE", "DELETE"),
+                    create=self.create_autolink,
+                    delete=self.delete_autolink,
+                    doc="links kept attached to broker queues ([[autolink]], docs/brokers.md)",
                 ),
                 EntityType(
                     "address",
@@ -753,14 +768,14 @@ class ManagementNode:
                 (c for c in self.core.connections if getattr(c.handler, "connector", None) is cc),
                 None,
             )
-            name = self.connector_names.get(id(cc), f"{cc.host}:{cc.port}")
+            name = self.connector_names.get(id(cc), cc.name or f"{cc.host}:{cc.port}")
             rows.append(
                 {
                     "identity": f"connector/{i}",
                     "name": name,
                     "host": cc.host,
                     "port": cc.port,
-                    "role": "inter-router",
+                    "role": cc.role,
                     "cost": cc.cost,
                     "connection": conn.conn_id if conn is not None else None,
                     "connected": conn is not None and not conn.closed,
@@ -771,6 +786,8 @@ class ManagementNode:
     def create_connector(self, name: str | None, attrs: dict[str, Any]) -> Reply:
         """CREATE connector: an inter-router connector ([[connector]] keys) that starts
         connecting at once, with the configured ones' reconnect backoff."""
+        if attrs.get("role") == "route-container":
+            return self._create_broker_connector(name, attrs)
         mesh = getattr(self.core, "mesh", None)  # router/inter_router.py Mesh
         if mesh is None or getattr(mesh, "loop", None) is None:
             raise ManagementError(
@@ -798,12 +815,80 @@ class ManagementNode:
         mesh = getattr(self.core, "mesh", None)
         connectors = self.core.config.connectors
         index = int(str(row["identity"]).rpartition("/")[2])
-        if mesh is None or not 0 <= index < len(connectors):
+        if not 0 <= index < len(connectors) or (
+            mesh is None and connectors[index].role == "inter-router"
+        ):
             raise ManagementError(404, f"no connector {row['identity']!r}")
         cc = connectors.pop(index)
         self.connector_names.pop(id(cc), None)
+        if cc.role == "route-container":
+            closed = self.core.brokers.remove_connector(cc)
+            log.info(
+                "connector %r deleted by management (%d connection closed)", row["name"], closed
+            )
+            return Response(204, "No Content")
+        assert mesh is not None
         closed = mesh.remove_connector(cc)
         log.info("connector %r deleted by management (%d connection closed)", row["name"], closed)
+        return Response(204, "No Content")
+
+    def _create_broker_connector(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        """CREATE connector with role route-container: a broker connection (docs/brokers.md)
+        that starts connecting at once; autolinks name it."""
+        settings = {k: v for k, v in attrs.items() if k not in ("identity", "type")}
+        if name:
+            settings["name"] = name
+        try:
+            cc = connector_from_table(settings)
+        except ConfigError as exc:
+            raise ManagementError(400, str(exc)) from None
+        name = cc.name = cc.name or f"{cc.host}:{cc.port}"
+        if any(row["name"] == name for row in self.connector_rows()):
+            raise ManagementError(409, f"a connector named {name!r} exists")
+        if self.core.brokers.loop is None:
+            raise ManagementError(503, "the router is not running its connectors yet")
+        self.core.config.connectors.append(cc)
+        self.core.brokers.add_connector(cc)
+        log.info("broker connector %r to %s:%d created by management", name, cc.host, cc.port)
+        return Response(201, "Created", self._connector_row(name))
+
+    # -- autolinks (router/brokers.py) ---------------------------------------------------------
+
+    def create_autolink(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        """CREATE autoLink: address, direction (in / out), connection (a connector with role
+        route-container), external_address (Dispatch's externalAddress is taken too)."""
+        settings = {k: v for k, v in attrs.items() if k not in ("name", "identity", "type")}
+        if "externalAddress" in settings:
+            settings["external_address"] = settings.pop("externalAddress")
+        try:
+            al = autolink_from_table("autoLink", settings)
+        except ConfigError as exc:
+            raise ManagementError(400, str(exc)) from None
+        brokers = {
+            c.name or f"{c.host}:{c.port}"
+            for c in self.core.config.connectors
+            if c.role == "route-container"
+        }
+        if al.connection not in brokers:
+            raise ManagementError(
+                400, f"no connector named {al.connection!r} with role route-container"
+            )
+        key = (al.address, al.direction, al.connection)
+        if any((a.address, a.direction, a.connection) == key for a in self.core.brokers.autolinks):
+            raise ManagementError(409, f"an autolink {al.direction} {al.address!r} exists")
+        self.core.brokers.add_autolink(al)
+        log.info("autolink %s %r on %r created by management", *key[1::-1], al.connection)
+        rows = self.core.brokers.autolink_rows()
+        return Response(201, "Created", rows[-1])
+
+    def delete_autolink(self, row: dict[str, Any]) -> Reply:
+        """DELETE autoLink: its link is detached from the broker queue."""
+        index = int(str(row["identity"]).rpartition("/")[2])
+        autolinks = self.core.brokers.autolinks
+        if not 0 <= index < len(autolinks):
+            raise ManagementError(404, f"no autoLink {row['identity']!r}")
+        self.core.brokers.remove_autolink(autolinks[index])
+        log.info("autolink %r deleted by management", row["name"])
         return Response(204, "No Content")
 
     def _connector_row(self, name: str) -> dict[str, Any]:
@@ -865,6 +950,7 @@ class ManagementNode:
                     "guarantee": entry.guarantee,
                     "fallback": entry.fallback,
                     "dead_letter": entry.dead_letter,
+                    "waypoint": entry.waypoint,
                     "origin": origin,
                 }
             )
@@ -880,6 +966,7 @@ class ManagementNode:
                 guarantee=None if attrs.get("guarantee") is None else str(attrs["guarantee"]),
                 fallback=None if attrs.get("fallback") is None else str(attrs["fallback"]),
                 dead_letter=None if attrs.get("dead_letter") is None else str(attrs["dead_letter"]),
+                waypoint=_trace_flag(attrs.get("waypoint") or False, "waypoint"),  # docs/brokers.md
             )
         except ValueError as exc:
             raise ManagementError(400, str(exc)) from None
@@ -907,8 +994,9 @@ class ManagementNode:
             "guarantee": row["guarantee"],
             "fallback": row["fallback"],
             "dead_letter": row["dead_letter"],
+            "waypoint": row["waypoint"],
         }
-        for key in ("distribution", "guarantee", "fallback", "dead_letter"):
+        for key in ("distribution", "guarantee", "fallback", "dead_letter", "waypoint"):
             if key in attrs:
                 merged[key] = attrs[key]
         entry = self._entry(merged)
@@ -1228,9 +1316,13 @@ LISTENER_ATTRIBUTES = (
 CONNECTOR_ATTRIBUTES = (
     "identity", "name", "host", "port", "role", "cost", "connection", "connected",
 )  # fmt: skip
+AUTOLINK_ATTRIBUTES = (
+    "identity", "name", "address", "direction", "connection", "external_address", "operStatus",
+    "credit", "deliveries", "origin",
+)  # fmt: skip
 ADDRESS_ATTRIBUTES = (
     "identity", "name", "prefix", "pattern", "distribution", "guarantee", "fallback",
-    "dead_letter", "origin",
+    "dead_letter", "waypoint", "origin",
 )  # fmt: skip
 ROUTER_ADDRESS_ATTRIBUTES = (
     "identity", "name", "distribution", "consumers", "producers", "undelivered",
@@ -1276,12 +1368,12 @@ def _is_message_id(v: Any) -> bool:
     return isinstance(v, uuid.UUID | bytes | str)
 
 
-def _trace_flag(value: Any) -> bool:
+def _trace_flag(value: Any, name: str = "trace") -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ManagementError(400, f"trace must be true or false, not {_clip(value)}")
+    raise ManagementError(400, f"{name} must be true or false, not {_clip(value)}")
 
 
 def _on(flag: bool) -> str:

@@ -152,16 +152,16 @@ class AmqpProtocol(asyncio.Protocol):
 
 
 class ConnectorProtocol(AmqpProtocol):
-    """An inter-router connection the router opens (client mode, the connector's SASL
-    mechanism); `closed` completes when it goes, for the connector to reconnect
-    (router/inter_router.py)."""
+    """A connection the router opens (client mode, the connector's SASL mechanism): to
+    another router, or to a broker (role route-container); `closed` completes when it goes,
+    for the connector to reconnect (router/inter_router.py, router/brokers.py)."""
 
     __slots__ = ("connector", "closed", "sasl")
 
     def __init__(
         self, core: Core, connector: ConnectorConfig, sasl: tuple[Any, ...] = ("ANONYMOUS",)
     ) -> None:
-        super().__init__(core, ListenerConfig(connector.host, connector.port, "inter-router"))
+        super().__init__(core, ListenerConfig(connector.host, connector.port, connector.role))
         self.connector = connector
         self.sasl = sasl  # Connection.start's arguments (router.sasl.client_start)
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -226,7 +226,9 @@ class Server:
         self.listening: list[RunningListener] = []
         self.metrics: MetricsEndpoint | None = None
         self.core.management.listeners = self  # management CREATE / DELETE listener
-        if config.connectors or any(lc.role == "inter-router" for lc in config.listeners):
+        if any(cc.role == "inter-router" for cc in config.connectors) or any(
+            lc.role == "inter-router" for lc in config.listeners
+        ):
             from router.inter_router import Mesh
 
             self.core.mesh = Mesh(self.core)
@@ -258,6 +260,7 @@ class Server:
         if self.core.mesh is not None:
             # before the listeners: a neighbour may connect as soon as they are open
             self.core.mesh.start(self._connect)
+        self.core.brokers.start(self._connect)  # connectors with role route-container
         for lc, name in zip(
             self.config.listeners, listener_names(self.config.listeners), strict=True
         ):
@@ -342,6 +345,7 @@ class Server:
         self.core.guarantees.stop()
         if self.core.mesh is not None:
             self.core.mesh.stop()
+        self.core.brokers.stop()
         for server in self.servers:
             server.close()
         if self.metrics is not None:

@@ -568,6 +568,8 @@ def manage(
     qrouter-tool manage create --type listener --name extra host=127.0.0.1 port=5673
     qrouter-tool manage delete --type listener --name extra
     qrouter-tool manage create --type connector --name a host=127.0.0.1 port=55672
+    qrouter-tool manage create --type connector --name mq role=route-container port=5672
+    qrouter-tool manage create --type autoLink address=q direction=out connection=mq
     qrouter-tool manage update --type connection --identity 3 trace=true
     qrouter-tool manage get-types
     """

@@ -136,7 +136,7 @@ linkRoute {
     prefix: queue.
     direction: in
 }
-autoLink { address: q dir: in }
+autoLink { address: q dir: in containerId: broker1 }
 policy { maxConnections: 10 }
 log {
     module: ROUTER_CORE
@@ -151,7 +151,7 @@ log {
         f"{path}:3: router.workerThreads: attribute not supported by qrouter",
         f"{path}:7: listener.maxSessions: attribute not supported by qrouter",
         f"{path}:9: linkRoute: not supported: link routes are not in qrouter yet",
-        f"{path}:13: autoLink: not supported: auto-links are not in qrouter yet",
+        f"{path}:13: autoLink.containerId: qrouter's autolinks name a connector (connection)",
         f"{path}:14: policy: not supported: Dispatch's policy (vhosts) is not in qrouter; "
         "use [policy] (docs/configuration.md)",
         f"{path}:16: log.module: only module DEFAULT maps to qrouter's [log] (got 'ROUTER_CORE')",
@@ -177,3 +177,23 @@ def test_syntax_errors_name_the_line(tmp_path: Path) -> None:
     assert refusal(tmp_path, "listener { port: 5672 sslProfile: nope }\n").endswith(
         ":1: listener.sslProfile: no sslProfile named 'nope'"
     )
+
+
+def test_broker_connector_waypoint_and_autolinks(tmp_path: Path) -> None:
+    """docs/brokers.md: Dispatch's route-container connector, waypoint and autoLink."""
+    text = """\
+connector { name: broker role: route-container host: 127.0.0.1 port: amqp }
+address { prefix: orders waypoint: yes }
+autoLink { address: orders direction: out connection: broker externalAddress: /queue/orders }
+autoLink { addr: orders dir: in connection: broker }
+"""
+    cfg = load_config(write(tmp_path, text))
+    (cc,) = cfg.connectors
+    assert (cc.name, cc.role, cc.port) == ("broker", "route-container", 5672)
+    assert [(a.prefix, a.waypoint) for a in cfg.addresses] == [("orders", True)]
+    assert [
+        (al.address, al.direction, al.connection, al.external_address) for al in cfg.autolinks
+    ] == [
+        ("orders", "out", "broker", "/queue/orders"),
+        ("orders", "in", "broker", None),
+    ]
