@@ -35,6 +35,7 @@ from router.client_states import (
     LinkDetached,
     Outcome,
 )
+from router.client_store import ClientStore
 from router.message import Message
 
 __all__ = [
@@ -164,6 +165,7 @@ class Client:
         max_frame_size: int = 65536,
         idle_timeout: float = 16.0,
         failover_wait: float | None = None,
+        state_file: str | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one URL is needed")
@@ -182,6 +184,8 @@ class Client:
         self.max_frame_size = max_frame_size
         self.idle_timeout = idle_timeout
         self.failover_wait = failover_wait
+        # the unsettled maps of durable links, kept across restarts (router/client_store.py)
+        self.store: ClientStore | None = ClientStore(state_file) if state_file else None
         self.loop = asyncio.get_running_loop()
         self.engine = Router(
             container_id,
@@ -299,6 +303,8 @@ class Client:
             if link.engine is not None and self.conn is not None and not self.conn.closed:
                 link.engine.detach(None, None, not suspend)
                 link.engine = None
+            if not suspend:
+                link._unstore()
             link._fail(ClientClosed("client closed"))
         conn = self.conn
         if conn is not None and not conn.closed:
@@ -310,6 +316,9 @@ class Client:
                 if conn.transport is not None:
                     conn.transport.close()
         self._stop_timer()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     async def __aenter__(self) -> Client:
         return self
