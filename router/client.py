@@ -94,7 +94,8 @@ class _Protocol(asyncio.Protocol):
         # a FIN or RST from the router's host: its socket is gone, so the router no longer
         # holds our links there (it closed them, or it died); anything else (our own idle
         # timeout, a network error) leaves it possibly half-open at the router
-        confirmed = self.eof or isinstance(exc, ConnectionResetError)
+        # (EPIPE: a write after its RST)
+        confirmed = self.eof or isinstance(exc, ConnectionResetError | BrokenPipeError)
         self.client._lost(self.conn, exc, confirmed)
         self.conn.connection_lost()  # -> on_closed -> Client._lost (already done)
 
