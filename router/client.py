@@ -186,11 +186,13 @@ class Client:
         self.idle_timeout = idle_timeout
         self.failover_wait = failover_wait
         # the unsettled maps of durable links, kept across restarts (router/client_store.py)
-        self.store: ClientStore | None = ClientStore(state_file) if state_file else None
         self.loop = asyncio.get_running_loop()
+        self.store: ClientStore | None = (
+            ClientStore(state_file, self.loop.call_soon) if state_file else None
+        )
         self.engine = Router(
             container_id,
-            schedule=self.loop.call_soon,
+            schedule=self._schedule,
             open_properties={Symbol("product"): "qrouter-client"},
         )
         self.conn: Any = None  # the engine Connection (untyped)
@@ -310,6 +312,8 @@ class Client:
         conn = self.conn
         if conn is not None and not conn.closed:
             conn.close()
+            if self.store is not None:
+                self.store.commit()
             self.engine.flush()
             try:
                 await asyncio.wait_for(self._closed_conn.wait(), timeout)
@@ -320,6 +324,16 @@ class Client:
         if self.store is not None:
             self.store.close()
             self.store = None
+
+    def _schedule(self, flush: Any) -> None:
+        self.loop.call_soon(self._commit_then, flush)
+
+    def _commit_then(self, flush: Any) -> None:
+        """The engine's output flush, after the state file's staged writes are durable (no
+        frame leaves before the records it depends on, router/client_store.py)."""
+        if self.store is not None:
+            self.store.commit()
+        flush()
 
     async def __aenter__(self) -> Client:
         return self

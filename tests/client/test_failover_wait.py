@@ -58,6 +58,7 @@ def test_half_open_connection_waits_for_the_idle_timeout(router: Any) -> None:
         assert advertised == 1.5
         # the client notices after its own idle timeout (1 s), then waits A's real
         # threshold (2 x 1.5 s) + 1 s: A has surely dropped the connection by then
+        print(f"half-open: resumed at B {took:.2f} s after A froze")
         assert took >= 2 * advertised + 1.0, f"resumed at B {took:.2f} s after A froze"
         assert client.connects == 2
         await client.close()
@@ -98,6 +99,7 @@ def test_clean_close_resumes_at_once(router: Any) -> None:
         took, advertised, client = await _failover(a, b, freeze=False)
         assert advertised == 30.0
         assert client.resume_at is None
+        print(f"clean close: resumed at B {took:.2f} s after A stopped")
         assert took < 20.0, f"resumed at B {took:.2f} s after A stopped"
         await client.close()
 
