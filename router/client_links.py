@@ -461,7 +461,7 @@ class Received:
     receiver: Receiver
     _rec: _In
     _message: Message | None = None
-    # yielded before the application restarted, which gave no state for it then: it may
+    # received before the application restarted, which gave no state for it then: it may
     # have processed it (it did not accept it); see docs/client.md, "Durable client state"
     redelivered: bool = False
 
@@ -580,7 +580,8 @@ class Receiver(_Link):
         tag = d.delivery_tag
         rec = self._records.get(tag)
         if rec is not None and rec.restored and rec.state is None and payload:
-            # yielded in an earlier run that crashed before giving a state: yield it again
+            # received in an earlier run (perhaps yielded) that crashed before the application
+            # gave a state: yield it again, flagged
             rec.restored = False
             rec.delivery = d
             if d.is_presettled:
