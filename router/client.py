@@ -35,6 +35,7 @@ from router.client_states import (
     LinkDetached,
     Outcome,
 )
+from router.client_store import ClientStore
 from router.message import Message
 
 __all__ = [
@@ -54,6 +55,9 @@ log = logging.getLogger("qrouter.client")
 
 DEFAULT_PORT = 5672
 DEFAULT_TLS_PORT = 5671
+# decision 6, for a router whose OPEN has no idle-time-out: it detects nothing by itself, so
+# any wait is a guess; this one bounds it
+NO_IDLE_TIMEOUT_WAIT = 60.0
 
 
 def parse_url(url: str) -> tuple[str, int, bool, str | None, str | None]:
@@ -76,17 +80,24 @@ class _Protocol(asyncio.Protocol):
     def __init__(self, client: Client, conn: Connection) -> None:
         self.client = client
         self.conn = conn
+        self.eof = False
 
     def data_received(self, data: bytes) -> None:
         self.conn.feed(data)
 
     def eof_received(self) -> bool | None:
+        self.eof = True  # the router's end of the socket is closed
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn.transport = None
-        self.conn.connection_lost()  # -> on_closed -> Client._lost
-        self.client._lost(self.conn, exc)
+        # a FIN or RST from the router's host: its socket is gone, so the router no longer
+        # holds our links there (it closed them, or it died); anything else (our own idle
+        # timeout, a network error) leaves it possibly half-open at the router
+        # (EPIPE: a write after its RST)
+        confirmed = self.eof or isinstance(exc, ConnectionResetError | BrokenPipeError)
+        self.client._lost(self.conn, exc, confirmed)
+        self.conn.connection_lost()  # -> on_closed -> Client._lost (already done)
 
 
 class _Handler:
@@ -129,7 +140,10 @@ class _Handler:
         link.info._on_detach(link, closed, error)
 
     def on_closed(self, conn: Connection) -> None:
-        self.client._lost(conn, None)
+        # the router's CLOSE (2.4.3) while our socket is up and we did not fail it ourselves
+        # confirms the router has ended the connection
+        confirmed = conn.error is None and conn.transport is not None
+        self.client._lost(conn, None, confirmed)
 
 
 class Client:
@@ -151,6 +165,8 @@ class Client:
         connect_timeout: float = 10.0,
         max_frame_size: int = 65536,
         idle_timeout: float = 16.0,
+        failover_wait: float | None = None,
+        state_file: str | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one URL is needed")
@@ -168,10 +184,15 @@ class Client:
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.idle_timeout = idle_timeout
+        self.failover_wait = failover_wait
+        # the unsettled maps of durable links, kept across restarts (router/client_store.py)
         self.loop = asyncio.get_running_loop()
+        self.store: ClientStore | None = (
+            ClientStore(state_file, self.loop.call_soon) if state_file else None
+        )
         self.engine = Router(
             container_id,
-            schedule=self.loop.call_soon,
+            schedule=self._schedule,
             open_properties={Symbol("product"): "qrouter-client"},
         )
         self.conn: Any = None  # the engine Connection (untyped)
@@ -187,6 +208,11 @@ class Client:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._closed_conn = asyncio.Event()
+        # decision 6 (docs/exactly-once.md): links resume on another router only after the
+        # old connection is confirmed closed, or the old router's idle timeout has passed
+        self.resume_at: float | None = None  # loop time; None: no wait pending
+        self._held_router: str | None = None  # the container-id of the possibly half-open one
+        self._hold_timer: asyncio.TimerHandle | None = None
 
     # --- public API ------------------------------------------------------------------------
 
@@ -273,14 +299,21 @@ class Client:
         self._closing = True
         if self._task is not None:
             self._task.cancel()
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
         for link in list(self._links.values()):
             if link.engine is not None and self.conn is not None and not self.conn.closed:
                 link.engine.detach(None, None, not suspend)
                 link.engine = None
+            if not suspend:
+                link._unstore()
             link._fail(ClientClosed("client closed"))
         conn = self.conn
         if conn is not None and not conn.closed:
             conn.close()
+            if self.store is not None:
+                self.store.commit()
             self.engine.flush()
             try:
                 await asyncio.wait_for(self._closed_conn.wait(), timeout)
@@ -288,6 +321,19 @@ class Client:
                 if conn.transport is not None:
                     conn.transport.close()
         self._stop_timer()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _schedule(self, flush: Any) -> None:
+        self.loop.call_soon(self._commit_then, flush)
+
+    def _commit_then(self, flush: Any) -> None:
+        """The engine's output flush, after the state file's staged writes are durable (no
+        frame leaves before the records it depends on, router/client_store.py)."""
+        if self.store is not None:
+            self.store.commit()
+        flush()
 
     async def __aenter__(self) -> Client:
         return self
@@ -318,6 +364,8 @@ class Client:
             raise
 
     def _reattach(self, link: _Link) -> None:
+        if self.resume_at is not None:
+            return  # waiting (decision 6): _release_hold attaches every link
         if self.session is not None and self.conn is not None and not link.closed:
             link._attach(self.session, self.conn.remote_max_frame_size)
 
@@ -333,13 +381,29 @@ class Client:
         self.remote_open = fields
         self.session = conn.begin()
         self.connects += 1
+        if self.resume_at is not None:
+            wait = self.resume_at - self.loop.time()
+            if wait <= 0 or fields.get("container_id") == self._held_router:
+                # the same router again: it ends the old attachment itself when we attach
+                # (link stealing); or the wait is over
+                self._release_hold(attach=False)
+            else:
+                log.info(
+                    "connected to %s; resuming links in %.1f s, when %s has surely dropped"
+                    " the old connection (docs/exactly-once.md, decision 6)",
+                    self.url,
+                    wait,
+                    self._held_router,
+                )
+                if self._hold_timer is None:
+                    self._hold_timer = self.loop.call_later(wait, self._release_hold)
         for link in list(self._links.values()):
             self._reattach(link)
         if self._opening is not None and not self._opening.done():
             self._opening.set_result(None)
         self._schedule_tick()
 
-    def _lost(self, conn: Connection, exc: Exception | None) -> None:
+    def _lost(self, conn: Connection, exc: Exception | None, confirmed: bool = False) -> None:
         if conn is not self.conn:
             return
         self.conn = None
@@ -350,6 +414,8 @@ class Client:
         if self._opening is not None and not self._opening.done():
             self._opening.set_exception(ConnectError(f"{self.url}: connection failed: {why}"))
             return  # _connect_loop is waiting for it and goes on
+        if not confirmed and not self._closing and self._links:
+            self._hold(conn)
         for link in self._links.values():
             link._connection_lost()
         if self._closing:
@@ -359,6 +425,48 @@ class Client:
             self._give_up(ConnectError(f"connection to {self.url} lost: {why}"))
             return
         self._task = self.loop.create_task(self._connect_loop(initial=False))
+
+    def _hold(self, conn: Connection) -> None:
+        """The connection ended without the router confirming it (our idle timeout, a
+        network error): the router may still hold our links there, and would go on acting
+        for them until its own idle timeout closes the connection (2.4.5). qrouter advertises
+        half its real threshold (see connection.pxi), and checks it about once a second, so
+        the links may resume on another router 2 x its idle-time-out + 1 s after now (which
+        is after the last byte we sent it)."""
+        if conn.transport is not None:
+            conn.transport.abort()  # nothing more of ours may reach it late
+        wait = self.failover_wait
+        if wait is None:
+            advertised = conn.remote_idle_timeout_ms / 1000.0
+            wait = 2 * advertised + 1.0 if advertised else NO_IDLE_TIMEOUT_WAIT
+            if not advertised:
+                log.warning(
+                    "%s advertised no idle timeout: waiting %.0f s before resuming links"
+                    " elsewhere; it may hold them longer",
+                    self.url,
+                    wait,
+                )
+        if wait <= 0:
+            return
+        at = self.loop.time() + wait
+        if self.resume_at is None or at > self.resume_at:
+            self.resume_at = at
+            self._held_router = conn.remote_container_id
+            if self._hold_timer is not None:
+                self._hold_timer.cancel()
+                self._hold_timer = None
+
+    def _release_hold(self, attach: bool = True) -> None:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        if self.resume_at is None:
+            return
+        self.resume_at = None
+        self._held_router = None
+        if attach and self.connected:
+            for link in list(self._links.values()):
+                self._reattach(link)
 
     def _give_up(self, exc: BaseException) -> None:
         self.error = exc

@@ -136,6 +136,12 @@ class _Link:
         self.attach_count = 0
         self.remote_terminus: dict[str, Any] | None = None
         self._first: asyncio.Future[None] = client.loop.create_future()
+        # the client's state file keeps the unsettled map of a link with durable unsettled
+        # state (router/client_store.py). With it the first attach presents the map too (may
+        # be empty): we know what is unsettled even after a restart (2.6.13)
+        durable = int(terminus.get("durable") or 0)
+        self._store = client.store if durable == 2 else None
+        self._restored = self._store is not None
 
     # --- records (subclasses) --------------------------------------------------------------
 
@@ -151,6 +157,9 @@ class _Link:
     def _failed(self, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _unstore(self) -> None:
+        """Forget the link's stored records: it was closed for good."""
+
     # --- attach ----------------------------------------------------------------------------
 
     def _fields(self, max_frame: int) -> dict[str, Any]:
@@ -162,7 +171,7 @@ class _Link:
             "source" if not self.sender else "target": local(self._terminus),
             "target" if not self.sender else "source": remote({}),
         }
-        if self.attach_count:
+        if self.attach_count or self._restored:
             umap: dict[bytes, Any] = {}
             room = max_frame - ATTACH_OVERHEAD
             size = 8
@@ -246,6 +255,8 @@ class _Link:
         if self.engine is not None:
             self.engine.detach(None, None, not suspend)
             self.engine = None
+        if not suspend:
+            self._unstore()
         self._fail(ClientClosed(f"link {self.name!r} closed"))
         await asyncio.sleep(0)
 
@@ -289,6 +300,16 @@ class Sender(_Link):
         self._space = asyncio.Event()
         self._space.set()
         self._hold_new = False  # the router's map was incomplete: only resumed sends
+        # deliveries of an earlier run restored from the state file: tag -> their Outcome
+        self.recovered: dict[bytes, asyncio.Future[Outcome]] = {}
+        if self._store is not None:
+            counter = self._store.sender_counter(name)
+            if counter is not None:
+                self._prefix, self._counter = counter
+            for tag, state, payload in self._store.sent(name):
+                rec = _Out(tag, payload, client.loop.create_future(), state=state_from_bytes(state))
+                self._records[tag] = rec
+                self.recovered[tag] = rec.future
 
     @property
     def unsettled(self) -> int:
@@ -298,9 +319,15 @@ class Sender(_Link):
     def unsettled_tags(self) -> list[bytes]:
         return list(self._records)
 
+    @property
+    def submitted(self) -> int:
+        """Messages submitted on this link so far; with a state file, across restarts of the
+        application (stored with each delivery, so a crash cannot lose one without the
+        other)."""
+        return self._counter
+
     def _next_tag(self) -> bytes:
-        self._counter += 1
-        return self._prefix + self._counter.to_bytes(8, "big")
+        return self._prefix + (self._counter + 1).to_bytes(8, "big")
 
     async def send(self, msg: Message | bytes, tag: bytes | None = None) -> Outcome:
         """Send one message (bytes: the body, as one data section) and wait for its outcome.
@@ -322,6 +349,10 @@ class Sender(_Link):
         if tag in self._records:
             raise ValueError(f"delivery-tag {tag!r} is already unsettled on this link")
         rec = _Out(tag, payload, self.client.loop.create_future())
+        self._counter += 1
+        if self._store is not None:
+            # durable before the transfer goes out (2.6.13: what we present on re-attach)
+            self._store.put_sent(self.name, tag, None, payload, (self._prefix, self._counter))
         self._records[tag] = rec
         if len(self._records) >= self.max_in_flight:
             self._space.clear()
@@ -335,6 +366,8 @@ class Sender(_Link):
     def _finish(self, rec: _Out, outcome: Outcome) -> None:
         if self._records.get(rec.tag) is rec:
             del self._records[rec.tag]
+            if self._store is not None:
+                self._store.forget_sent(self.name, rec.tag)
         if not rec.future.done():
             rec.future.set_result(outcome)
         if len(self._records) < self.max_in_flight:
@@ -389,6 +422,11 @@ class Sender(_Link):
         for rec in self._records.values():
             rec.delivery = None
 
+    def _unstore(self) -> None:
+        if self._store is not None:
+            for tag in list(self._records):
+                self._store.forget_sent(self.name, tag)
+
     def _failed(self, exc: BaseException) -> None:
         records = list(self._records.values())
         self._records.clear()
@@ -410,6 +448,7 @@ class _In:
     state: Described | None = None  # the application's state, once given
     orphan: bool = False  # the router forgot it: a disposition goes nowhere
     settled: asyncio.Event = field(default_factory=asyncio.Event)
+    restored: bool = False  # from the state file, not yet yielded in this run
 
 
 @dataclass
@@ -422,6 +461,9 @@ class Received:
     receiver: Receiver
     _rec: _In
     _message: Message | None = None
+    # received before the application restarted, which gave no state for it then: it may
+    # have processed it (it did not accept it); see docs/client.md, "Durable client state"
+    redelivered: bool = False
 
     @property
     def message(self) -> Message:
@@ -472,6 +514,9 @@ class Receiver(_Link):
         self._records: dict[bytes, _In] = {}
         self._queue: asyncio.Queue[Received | None] = asyncio.Queue()
         self.n_duplicates = 0  # transfers of a tag already yielded (not yielded again)
+        if self._store is not None:
+            for tag, state in self._store.received(name):
+                self._records[tag] = _In(tag, None, state_from_bytes(state), restored=True)
 
     @property
     def unsettled(self) -> int:
@@ -526,13 +571,24 @@ class Receiver(_Link):
     def _drop(self, rec: _In) -> None:
         if self._records.get(rec.tag) is rec:
             del self._records[rec.tag]
+            if self._store is not None:
+                self._store.forget_received(self.name, rec.tag)
         rec.orphan = True
         rec.settled.set()
 
     def _on_message(self, d: Any, payload: bytes) -> None:
         tag = d.delivery_tag
         rec = self._records.get(tag)
-        if rec is not None:
+        if rec is not None and rec.restored and rec.state is None and payload:
+            # received in an earlier run (perhaps yielded) that crashed before the application
+            # gave a state: yield it again, flagged
+            rec.restored = False
+            rec.delivery = d
+            if d.is_presettled:
+                self._drop(rec)
+            self._queue.put_nowait(Received(payload, tag, True, self, rec, redelivered=True))
+        elif rec is not None:
+            rec.restored = False
             self.n_duplicates += 1
             rec.delivery = d
             if d.is_presettled:
@@ -548,6 +604,8 @@ class Receiver(_Link):
                 rec.settled.set()
             else:
                 self._records[tag] = rec
+                if self._store is not None:
+                    self._store.put_received(self.name, tag, None)
             self._queue.put_nowait(Received(payload, tag, bool(d.resumed), self, rec))
         self._top_up()
 
@@ -564,6 +622,9 @@ class Receiver(_Link):
         if rec.orphan or state_code(rec.state) in (ACCEPTED, REJECTED, RELEASED, MODIFIED):
             return
         rec.state = make_state(code, detail)
+        if self._store is not None and not rec.orphan and self._records.get(rec.tag) is rec:
+            # durable before the disposition goes out: never yielded again after a crash
+            self._store.put_received(self.name, rec.tag, state_to_bytes(rec.state))
         if rec.delivery is not None and self.attached:
             self._send_state(rec)
 
@@ -583,6 +644,11 @@ class Receiver(_Link):
     def _lost(self) -> None:
         for rec in self._records.values():
             rec.delivery = None
+
+    def _unstore(self) -> None:
+        if self._store is not None:
+            for tag in list(self._records):
+                self._store.forget_received(self.name, tag)
 
     def _failed(self, exc: BaseException) -> None:
         self._queue.put_nowait(None)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
+from router.eo.dedup import AcceptedTags
 from router.journal import origin_id
 from router.link_registry import AttachError
 from router.store_health import check_injected
@@ -179,6 +180,8 @@ class Guarantees:
         self.journal = False  # the delivery journal is on (router/server.py)
         self.dropped = 0  # envelopes from another router that were malformed
         self.journal_dir: str | None = None
+        # idempotent publishing: tags accepted lately, per publisher link (router/eo/dedup.py)
+        self.accepted_tags = AcceptedTags(self.timeout)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -205,6 +208,7 @@ class Guarantees:
             now = self.now()
             for topic in list(self.topics.values()):
                 topic.tick(now)
+            self.accepted_tags.expire(now)
 
     def now(self) -> float:
         return self.loop.time() if self.loop is not None else time.monotonic()
@@ -390,6 +394,7 @@ class Guarantees:
             p.accepted.add(tag)  # it is being resent: accept it when it arrives
             return
         d.update(ACCEPTED, None, settle=p.settle_first)
+        self.accepted_tags.add((topic, pub), tag, self.now())
         if p.settle_first:
             del p.deliveries[tag]
             self._input(topic, "publisher_settled", pub, tag)
@@ -428,7 +433,10 @@ class Guarantees:
         p = _Pub(pub, address, link, settle_first)
         self.pubs[(address, pub)] = p
         self.by_link[link] = p
-        t.publisher_attached(pub, list(peer_map.items()), self.now())
+        # no map at all (null, as proton always sends): it cannot resume, so its unsettled
+        # deliveries wait for it to resend them with the same tags (idempotent publishing)
+        resumable = fields.get("unsettled") is not None
+        t.publisher_attached(pub, list(peer_map.items()), self.now(), resumable=resumable)
         resend = set(port.resend_tags)
         # accept_publisher outputs of this attach are staged: read them for the reply map
         accepted = {o[3] for o in self.outputs if o[0] == "accept_publisher" and o[2] == pub}
@@ -511,6 +519,13 @@ class Guarantees:
         now = self.now()
         if d.is_presettled and d.resumed and not payload:
             t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
+        elif not d.is_presettled and self.accepted_tags.accepted((p.topic, p.pub), tag, now):
+            # a resend of a delivery we accepted (its outcome was lost with a connection):
+            # the outcome it got, and nothing published again (router/eo/dedup.py)
+            p.accepted.discard(tag)
+            if not p.settle_first:
+                p.deliveries[tag] = d
+            d.update(ACCEPTED, None, settle=p.settle_first)
         else:
             if d.is_presettled:
                 p.presettled.add(tag)  # at most once from its side: settle when accepted

@@ -126,6 +126,7 @@ class TopicRouter:
         self._locals: dict[bytes, LocalRecord] = {}
         self._pubs: dict[Pub, _PubLink] = {}
         self._pub_gone: dict[Pub, float] = {}  # publishers with records here, link gone since
+        self._pub_resend: dict[Pub, float] = {}  # re-attached without a map at: awaiting resends
         self._subs: dict[AttId, _LocalSub] = {}
         self._next_att = 0
         self._up: set[str] = set()
@@ -142,15 +143,27 @@ class TopicRouter:
     # -- publisher link events ---------------------------------------------------------------
 
     def publisher_attached(
-        self, pub: Pub, unsettled: Iterable[tuple[bytes, bool]], now: float
+        self,
+        pub: Pub,
+        unsettled: Iterable[tuple[bytes, bool]],
+        now: float,
+        resumable: bool = True,
     ) -> None:
         """The publisher's link attached here with its unsettled map (tag -> has a terminal
-        state, i.e. it saw ACCEPTED); empty for a new link."""
+        state, i.e. it saw ACCEPTED); empty for a new link. `resumable=False`: it sent no map
+        at all (proton cannot, docs/client.md), so it cannot say what it settled; its
+        unsettled deliveries wait `terminus_timeout` for it to resend them with the same tag
+        (idempotent publishing, docs/exactly-once.md) and are abandoned after that."""
         self._now = now
         link = _PubLink(dict(unsettled), set())
         self._pubs[pub] = link
-        self._pub_gone.pop(pub, None)
-        if self.eo:
+        gone = self._pub_gone.pop(pub, None)
+        waiting = self._pub_resend.pop(pub, None)
+        if self.eo and not resumable:
+            if any(not rec.settled for rec in self._records_of(pub)):
+                # the clock runs from its first disconnect: reconnecting does not extend it
+                self._pub_resend[pub] = min(t for t in (gone, waiting, now) if t is not None)
+        elif self.eo:
             for rec in self._records_of(pub):
                 if not rec.settled and link.attach_map.get(rec.tag) is not False:
                     self._settle_origin(rec)  # the publisher settled it, or forgot it
@@ -200,6 +213,7 @@ class TopicRouter:
 
     def publisher_detached(self, pub: Pub, closed: bool, now: float) -> None:
         self._now = now
+        waiting = self._pub_resend.pop(pub, None)  # _pub_gone's clock takes over from it
         if self._pubs.pop(pub, None) is not None:
             for rec in self._records_of(pub):
                 if rec.settled:
@@ -209,7 +223,7 @@ class TopicRouter:
                 elif closed:
                     self._settle_origin(rec)  # its terminus is gone: nobody will resend
                 else:
-                    self._pub_gone[pub] = now
+                    self._pub_gone[pub] = now if waiting is None else waiting
         self._flush()
 
     # -- subscriber link events --------------------------------------------------------------
@@ -371,6 +385,13 @@ class TopicRouter:
                     for rec in self._records_of(pub):
                         if not rec.settled:
                             self._settle_origin(rec)  # abandoned: its terminus expired
+            for pub, since in list(self._pub_resend.items()):
+                if now - since > self.terminus_timeout:
+                    del self._pub_resend[pub]
+                    sent = self._pubs[pub].sent if pub in self._pubs else set()
+                    for rec in self._records_of(pub):
+                        if not rec.settled and rec.tag not in sent:
+                            self._settle_origin(rec)  # abandoned: not resent in time
             for local in [r for r in self._locals.values() if r.settled]:
                 self._maybe_drop_local(local)
         for sub in self._view.expired(now, self.terminus_timeout):

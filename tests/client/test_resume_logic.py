@@ -4,12 +4,14 @@ links: what a Sender resends and how, what a Receiver yields, re-sends and forge
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from router._fast.codec import Described, ULong, encode
 
 from router.client_links import Receiver, Sender, _terminus
 from router.client_states import ACCEPTED, REJECTED
+from router.client_store import ClientStore
 from router.message import encode_message
 from tests.client.conftest import run
 
@@ -66,9 +68,10 @@ class FakeLink:
 
 
 class FakeClient:
-    def __init__(self) -> None:
+    def __init__(self, store: ClientStore | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.reattached: list[Any] = []
+        self.store = store  # the state file (None: none)
 
     def _forget(self, link: Any) -> None:
         pass
@@ -325,3 +328,65 @@ def test_receiver_at_least_once_settles_on_accept() -> None:
         assert d2b.updates == [(0x26, None, True)] and r.unsettled == 0
 
     run(main())
+
+
+def test_state_file_restores_both_maps(tmp_path: Path) -> None:
+    """A restarted application (new Client objects, same state file) presents the stored
+    maps in its first ATTACH and resumes (router/client_store.py)."""
+    path = str(tmp_path / "state")
+
+    async def first_run() -> None:
+        store = ClientStore(path)
+        s = Sender(FakeClient(store), "a", "s", _terminus("a", 2, "never", 0), True, 10)
+        assert s._fields(65536)["unsettled"] == {}  # it knows: nothing unsettled
+        attach(s, None)
+        s.submit(b"A")
+        s.submit(b"B")
+        s._on_outcome(*_accepted(s, 0))  # the first gets its outcome: forgotten
+        r = Receiver(FakeClient(store), "a", "r", _terminus("a", 2, "never", 0), True, 10)
+        attach(r, None)
+        for tag in (b"t1", b"t2", b"t3"):
+            r._on_message(FakeDelivery(tag), encode_message_bytes(tag))
+        got = await r.receive(timeout=1)
+        assert got is not None
+        await got.accept()  # t1 accepted; t2 yielded, no state; t3 never yielded
+        await r.receive(timeout=1)
+        store.close()  # (the crash: nothing else is written)
+
+    async def second_run() -> None:
+        store = ClientStore(path)
+        s = Sender(FakeClient(store), "a", "s", _terminus("a", 2, "never", 0), True, 10)
+        assert s.submitted == 2 and list(s.recovered) == [s._prefix + (2).to_bytes(8, "big")]
+        tag_b = list(s.recovered)[0]
+        assert s._fields(65536)["unsettled"] == {tag_b: None}
+        engine = attach(s, {tag_b: ACC})
+        assert engine.sent[0]["tag"] == tag_b and engine.sent[0]["settled"]
+        assert (await s.recovered[tag_b]).accepted and s.unsettled == 0
+        r = Receiver(FakeClient(store), "a", "r", _terminus("a", 2, "never", 0), True, 10)
+        assert r._fields(65536)["unsettled"] == {b"t1": ACC, b"t2": None, b"t3": None}
+        attach(r, {b"t1": None, b"t2": None, b"t3": None})
+        d1, d2, d3 = (FakeDelivery(t, resumed=True) for t in (b"t1", b"t2", b"t3"))
+        r._on_message(d1, encode_message_bytes(b"t1"))
+        assert d1.updates == [(ACCEPTED, None, False)]  # accepted before: not yielded again
+        r._on_message(d2, encode_message_bytes(b"t2"))
+        r._on_message(d3, encode_message_bytes(b"t3"))
+        got = [await r.receive(timeout=1) for _ in range(2)]
+        assert [(g.tag, g.redelivered) for g in got if g is not None] == [
+            (b"t2", True),
+            (b"t3", True),
+        ]
+        assert r._queue.empty()
+        store.close()
+
+    run(first_run())
+    run(second_run())
+
+
+def _accepted(s: Sender, i: int) -> tuple[Any, int, bool]:
+    """The engine delivery of the i-th sent transfer, with ACCEPTED (settled) from the router."""
+    engine = s.engine
+    tag = engine.sent[i]["tag"]
+    d = FakeDelivery(tag)
+    s._records[tag].delivery = d
+    d.remote_state_bytes = ACC_BYTES
+    return d, ACCEPTED, True

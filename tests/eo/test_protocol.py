@@ -193,6 +193,36 @@ def test_orphaned_records_abandoned_after_the_terminus_timeout() -> None:
     assert [s[1] for s in net.take("settle")] == [a1]
 
 
+def test_publisher_without_a_map_has_the_timeout_to_resend() -> None:
+    """Idempotent publishing: a publisher that re-attaches with no unsettled map at all
+    (proton) keeps its unsettled deliveries; the ones it resends with the same tag are driven
+    to their outcome, the others are abandoned after the terminus timeout."""
+    net = Net("AB", terminus_timeout=10.0)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    b = net.r["B"]
+    b.publisher_attached(P, [], 0.0)
+    b.publisher_transfer(P, b"t1", b"m1", 0.0)
+    b.publisher_transfer(P, b"t2", b"m2", 0.0)
+    net.pump()
+    assert len(net.take("deliver")) == 2
+    b.publisher_detached(P, False, 1.0)
+    b.publisher_attached(P, [], 2.0, resumable=False)
+    net.pump()
+    assert net.take("settle") == []  # nothing abandoned: it may resend them
+    b.publisher_transfer(P, b"t1", b"m1", 3.0)  # the resend of t1 only
+    net.r["A"].subscriber_accepted(a1, outgoing_tag(*P, b"t1"), 4.0)
+    net.pump()
+    assert net.take("accept") == [("accept", P, b"t1")]
+    assert net.take("deliver") == []  # not delivered twice
+    b.tick(8.0)
+    net.pump()
+    assert net.take("settle") == []
+    b.tick(11.5)  # 10 s after the disconnect: t2 was not resent
+    net.pump()
+    assert net.take("settle") == [("settle", a1, outgoing_tag(*P, b"t2"))]
+
+
 def test_subscriber_in_limbo_is_discarded_after_the_timeout() -> None:
     net = Net("AB", terminus_timeout=10.0)
     net.r["A"].subscriber_attached(S1, [], 0.0)
