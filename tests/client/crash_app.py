@@ -36,7 +36,9 @@ async def publish(url: str, state: str, n: int) -> None:
         while sender.unsettled >= sender.max_in_flight:
             await asyncio.sleep(0.005)
         futures.append(sender.submit(f"m{i}".encode()))
-        await asyncio.sleep(0.002)  # a steady stream, so that kills land mid-stream
+        # a steady stream of at least 4.8 s for 400 messages, so that the test's first kill of
+        # each application (within 3 s) lands mid-stream however fast the machine is
+        await asyncio.sleep(0.012)
     outcomes = await asyncio.wait_for(asyncio.gather(*futures), 60)
     bad = [o.state for o in outcomes if not o.accepted]
     print(f"done {sender.submitted} unsettled {sender.unsettled} bad {bad}", flush=True)

@@ -58,7 +58,7 @@ def test_publisher_and_subscriber_killed_and_restarted(router: Any, tmp_path: Pa
     try:
         for k in range(2 * KILLS):
             role = ("pub", "sub")[k % 2]
-            time.sleep(rng.uniform(0.8, 2.0))
+            time.sleep(rng.uniform(0.5, 1.5))
             if procs[role].poll() is not None:
                 break  # (finished already: the run was shorter than the schedule)
             procs[role].kill()
