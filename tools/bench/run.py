@@ -792,6 +792,7 @@ def idle10k(b: Bench) -> Row:
 
 ABUSE_RSS_MIB = 256  # the stated bound on the router's RSS while it is being abused
 ABUSE_EACH = 4  # clients of each of abusers.py's five kinds: 20 in all
+ABUSE_KINDS = "nest,storm,loris,stall,password"  # --abuse-kinds: which of them run
 
 
 def abuse(b: Bench) -> Row:
@@ -821,7 +822,7 @@ def abuse(b: Bench) -> Row:
                 calm[-1].router_cpu_s = router.cpu_s() - cpu0
             abusers = subprocess.Popen(
                 [sys.executable, str(HERE / "abusers.py"), HOST, str(router.port)]
-                + ["--seconds", "600", "--each", str(ABUSE_EACH)],
+                + ["--seconds", "600", "--each", str(ABUSE_EACH), "--kinds", ABUSE_KINDS],
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -993,10 +994,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--credit", type=int, default=1000, help="receiver credit window")
     p.add_argument("--rate", type=int, default=2000, help="msg/s of the latency scenario")
     p.add_argument("--idle-n", type=int, default=1000, help="idle connections / links measured")
+    p.add_argument("--abuse-kinds", default=None, help="the abuse scenario's abusers")
     p.add_argument("--amqp-load", type=Path, help="a prebuilt amqp_load binary")
     p.add_argument("--json", type=Path, help="also write the rows to this file")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = p.parse_args(argv)
+    if args.abuse_kinds:
+        global ABUSE_KINDS
+        ABUSE_KINDS = args.abuse_kinds
     every = [n for n in SCENARIOS if n != "sweep"]  # the sweep takes minutes: only when named
     names = every if args.scenarios == "all" else args.scenarios.split(",")
     if unknown := [n for n in names if n not in SCENARIOS]:
