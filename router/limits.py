@@ -23,6 +23,7 @@ log = logging.getLogger("qrouter.limits")
 
 RESOURCE_LIMIT = "amqp:resource-limit-exceeded"  # 2.8.15 amqp-error
 EXPIRY_NEVER_POLICIES = ("allow", "cap", "refuse")
+OVERSIZE_POLICIES = ("close", "detach")
 ANONYMOUS_USER = "<anonymous>"  # every unauthenticated connection counts as this one user
 
 
@@ -45,6 +46,9 @@ class LimitsConfig:
     # control frames (ATTACH, DETACH, BEGIN, ...) a second one client connection may send, in
     # bursts of as many; beyond it the router reads that peer more slowly (router/server.py)
     max_control_rate: int = 500
+    # close | detach: what a client connection that sends a message over max_message_size
+    # gets besides the link's detach (close: as Qpid Dispatch, it is not read any further)
+    message_size_exceeded: str = "close"
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(LimitsConfig))
@@ -94,6 +98,8 @@ def parse_limits(
         key = f"limits.{name}"
         if name == "expiry_never":
             lim.expiry_never = want_choice(key, table[name], EXPIRY_NEVER_POLICIES)
+        elif name == "message_size_exceeded":
+            lim.message_size_exceeded = want_choice(key, table[name], OVERSIZE_POLICIES)
         elif name == "max_terminus_timeout":
             lim.max_terminus_timeout = want_number(key, table[name], 0.0)
         elif name == "max_sessions_per_connection":

@@ -1209,10 +1209,7 @@ cdef class Connection:
             d.partial += PyBytes_FromStringAndSize(<char*>payload, plen)
             if mms and <uint64_t>len(d.partial) > mms:
                 link.current = None
-                if self.limits is not None:
-                    self.limits.n_message_size += 1
-                return link_error(link, "amqp:link:message-size-exceeded",
-                                  f"message exceeds {mms} bytes")
+                return oversize(self, link, mms)          # limits.pxi
             if more:
                 return 0
             link.current = None
@@ -1221,10 +1218,7 @@ cdef class Connection:
             payload = <const uint8_t*>PyBytes_AS_STRING(d.payload)
             plen = PyBytes_GET_SIZE(d.payload)
         elif mms and <uint64_t>plen > mms:
-            if self.limits is not None:
-                self.limits.n_message_size += 1
-            return link_error(link, "amqp:link:message-size-exceeded",
-                              f"message exceeds {mms} bytes")
+            return oversize(self, link, mms)
         if self.router.jbuf is not None:
             journal_received(link, d, payload, plen)
         if link.durable_key is not None and link.resumable and not link.endpoint:
