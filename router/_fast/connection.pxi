@@ -127,8 +127,7 @@ cdef class Connection:
             self.bytes_in += len(b)
             self.last_read = monotonic()
         if self.inbuf is not None:
-            if self.inbuf_need > 8 and len(self.inbuf) >= 8 and \
-                    len(self.inbuf) + len(b) > self.inbuf_need:
+            if 8 <= len(self.inbuf) < self.inbuf_need < len(self.inbuf) + len(b):
                 # a big read that completes the held frame and goes on: the frame is made
                 # whole on its own and the rest parsed in place, so a stream's every read is
                 # not copied twice more
