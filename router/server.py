@@ -52,11 +52,15 @@ class AmqpProtocol(asyncio.Protocol):
         self.filled = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        if peer and not self.core.limits.accept(str(peer[0])):
+            # limits.max_connection_rate_per_host: reset before a byte is read (conn_rate.py)
+            getattr(transport, "abort", transport.close)()  # (uvloop: not an asyncio.Transport)
+            return
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
         limit_writes(transport, self.core.config)
-        peer = transport.get_extra_info("peername")
         log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
         self._schedule_tick()
 

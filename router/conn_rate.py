@@ -1,0 +1,91 @@
+"""New connections a second from one remote host (``limits.max_connection_rate_per_host``,
+docs/configuration.md "[limits]").
+
+A client that is closed for breaking a rule (a message over max-message-size, a wrong
+password, an attach storm) may reconnect at once and start again: every round costs the
+router a TCP accept, a protocol header, SASL, OPEN, BEGIN and ATTACH in Python. A token bucket
+per remote address bounds how often one host can make it pay that: ``rate`` connections a
+second, in bursts of ``burst``. A connection past it is closed as soon as it is accepted,
+before a byte of it is read (a TCP reset: nothing is parsed, nothing answered), and counted.
+Loopback is a host like any other.
+
+At most ``max_hosts`` buckets are kept, the least recently used dropped first (it is most
+likely full again: a host quiet for ``burst / rate`` seconds loses nothing by being
+forgotten).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+log = logging.getLogger("qrouter.limits")
+
+MAX_HOSTS = 4096
+
+
+class _Bucket:
+    __slots__ = ("tokens", "filled", "warned")
+
+    def __init__(self, tokens: float, now: float) -> None:
+        self.tokens = tokens
+        self.filled = now
+        self.warned = False
+
+
+class ConnectionRate:
+    """Per-host token buckets of new connections; ``rate`` 0 turns the limit off."""
+
+    def __init__(
+        self,
+        rate: int,
+        burst: int,
+        max_hosts: int = MAX_HOSTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1)
+        self.max_hosts = max_hosts
+        self._clock = clock
+        self._hosts: OrderedDict[str, _Bucket] = OrderedDict()
+        self.refused = 0
+
+    def admit(self, host: str) -> bool:
+        """One new connection from `host`: True when it may go on (its token is taken)."""
+        if not self.rate:
+            return True
+        now = self._clock()
+        b = self._hosts.get(host)
+        if b is None:
+            b = _Bucket(float(self.burst), now)
+            self._hosts[host] = b
+            self._trim()
+        else:
+            b.tokens = min(float(self.burst), b.tokens + (now - b.filled) * self.rate)
+            b.filled = now
+            self._hosts.move_to_end(host)
+        if b.tokens >= 1.0:
+            b.tokens -= 1.0
+            b.warned = False
+            return True
+        self.refused += 1
+        if not b.warned:  # one line per episode, not one per refused connection
+            b.warned = True
+            log.warning(
+                "refusing new connections from %s: connection rate per host limit %d/s "
+                "(burst %d) reached (further refusals counted, not logged)",
+                host,
+                self.rate,
+                self.burst,
+            )
+        return False
+
+    def _trim(self) -> None:
+        while len(self._hosts) > self.max_hosts:
+            self._hosts.popitem(last=False)
+
+    @property
+    def hosts(self) -> int:
+        return len(self._hosts)
