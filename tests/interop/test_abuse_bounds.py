@@ -1,15 +1,17 @@
 """What keeps abusive clients from taking the router's time (docs/security.md, "The abuse
 benchmark"), against a real router with raw sockets: a message over max-message-size closes
-its connection, so the rest of it is never read.
+its connection, so the rest of it is never read; one host's new connections are rate-limited.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from router._fast.codec import UInt
 
 from tests.engine.pump import (
+    AMQP_HEADER,
     ATTACH,
     CLOSE,
     DETACH,
@@ -20,7 +22,7 @@ from tests.engine.pump import (
     message_bytes,
     transfer_frame,
 )
-from tests.harness import free_port, retry
+from tests.harness import HOST, free_port, retry
 from tests.interop.test_limits import SocketPeer, exceeded, round_trip
 from tests.management.tooling import scrape
 
@@ -95,3 +97,49 @@ def test_oversize_message_detaches_only_with_detach_policy(router: Any) -> None:
     assert b"small" in peer.wait(lambda f: f.code == TRANSFER).payload
     assert CLOSE not in [f.code for f in peer.frames]
     peer.close()
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """What the router says to a protocol header: its own header, or b"" when it reset us."""
+    try:
+        sock.sendall(AMQP_HEADER)
+        sock.settimeout(10)
+        return sock.recv(8)
+    except (ConnectionResetError, BrokenPipeError):
+        return b""
+
+
+def test_connection_rate_per_host(router: Any) -> None:
+    """limits.max_connection_rate_per_host: a host that opens connections faster than the
+    rate (past its burst) has the extra ones reset as accepted, before anything is read or
+    answered; other hosts connect as usual, and the host again once its bucket refills."""
+    mport = free_port()
+    r = router(
+        extra_args=[
+            "--metrics", f"127.0.0.1:{mport}",
+            "--limit", "max_connection_rate_per_host=1",
+            "--limit", "connection_rate_burst=3",
+        ]
+    )  # fmt: skip
+    retry(lambda: scrape(mport), timeout=10)
+    socks = [
+        socket.create_connection((HOST, r.port), timeout=10, source_address=("127.0.0.3", 0))
+        for _ in range(12)
+    ]
+    answers = [_answer(s) for s in socks]
+    accepted = [a for a in answers if a == AMQP_HEADER]
+    assert len(accepted) >= 3  # the burst
+    assert b"" in answers  # the rest, as fast as they came, were reset unanswered
+    assert set(answers) <= {AMQP_HEADER, b""}
+    refused = answers.count(b"")
+    assert exceeded(mport, "connection_rate_per_host") == refused
+    for s in socks:
+        s.close()
+    round_trip(r.port, "q", "other-host")  # from 127.0.0.1: its own bucket
+
+    # the host's bucket refills at one connection a second
+    def again() -> bool:
+        with socket.create_connection((HOST, r.port), source_address=("127.0.0.3", 0)) as s:
+            return _answer(s) == AMQP_HEADER
+
+    retry(again, timeout=10)
