@@ -9,6 +9,11 @@ second, in bursts of ``burst``. A connection past it is closed as soon as it is 
 before a byte of it is read (a TCP reset: nothing is parsed, nothing answered), and counted.
 Loopback is a host like any other.
 
+A refused socket is not reset at once: it is held, unread, for HOLD_S and then reset, so that
+a client that reconnects the moment it is closed tries once a second, not thousands of times
+(each try costs the router an accept). At most MAX_HELD are held; past that they are reset
+at once.
+
 At most ``max_hosts`` buckets are kept, the least recently used dropped first (it is most
 likely full again: a host quiet for ``burst / rate`` seconds loses nothing by being
 forgotten).
@@ -16,6 +21,7 @@ forgotten).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -24,6 +30,9 @@ from collections.abc import Callable
 log = logging.getLogger("qrouter.limits")
 
 MAX_HOSTS = 4096
+HOLD_S = 1.0  # seconds a refused socket is held unread before its reset
+LOG_INTERVAL_S = 60.0  # a host's refusals are logged once in this many seconds
+MAX_HELD = 64  # refused sockets held at once (file descriptors); the rest are reset at once
 
 
 class _Bucket:
@@ -32,7 +41,7 @@ class _Bucket:
     def __init__(self, tokens: float, now: float) -> None:
         self.tokens = tokens
         self.filled = now
-        self.warned = False
+        self.warned = -LOG_INTERVAL_S  # when a refusal was last logged
 
 
 class ConnectionRate:
@@ -51,6 +60,7 @@ class ConnectionRate:
         self._clock = clock
         self._hosts: OrderedDict[str, _Bucket] = OrderedDict()
         self.refused = 0
+        self.held = 0
 
     def admit(self, host: str) -> bool:
         """One new connection from `host`: True when it may go on (its token is taken)."""
@@ -68,19 +78,34 @@ class ConnectionRate:
             self._hosts.move_to_end(host)
         if b.tokens >= 1.0:
             b.tokens -= 1.0
-            b.warned = False
             return True
         self.refused += 1
-        if not b.warned:  # one line per episode, not one per refused connection
-            b.warned = True
+        if now - b.warned >= LOG_INTERVAL_S:  # one line a minute per host, not one per refusal
+            b.warned = now
             log.warning(
                 "refusing new connections from %s: connection rate per host limit %d/s "
-                "(burst %d) reached (further refusals counted, not logged)",
+                "(burst %d) reached (refusals counted; logged once a minute)",
                 host,
                 self.rate,
                 self.burst,
             )
         return False
+
+    def refuse(self, transport: asyncio.BaseTransport) -> None:
+        """Close a refused socket without reading from it: after HOLD_S, or at once when
+        MAX_HELD are held already."""
+        abort = getattr(transport, "abort", transport.close)  # (uvloop: not asyncio.Transport)
+        if self.held >= MAX_HELD:
+            abort()
+            return
+        getattr(transport, "pause_reading", abort)()
+        self.held += 1
+
+        def drop() -> None:
+            self.held -= 1
+            abort()
+
+        asyncio.get_running_loop().call_later(HOLD_S, drop)
 
     def _trim(self) -> None:
         while len(self._hosts) > self.max_hosts:

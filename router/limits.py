@@ -129,7 +129,9 @@ class Limits:
         self.hosts: Counter[str] = Counter()
         self.users: Counter[str] = Counter()
         self.admitted: dict[Any, tuple[str, str]] = {}
-        self.rate = ConnectionRate(config.max_connection_rate_per_host, config.connection_rate_burst)
+        self.rate = ConnectionRate(
+            config.max_connection_rate_per_host, config.connection_rate_burst
+        )
 
     def accept(self, host: str) -> bool:
         """A socket just accepted from `host` (before any byte is read): False when the host's

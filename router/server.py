@@ -54,8 +54,8 @@ class AmqpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         if peer and not self.core.limits.accept(str(peer[0])):
-            # limits.max_connection_rate_per_host: reset before a byte is read (conn_rate.py)
-            getattr(transport, "abort", transport.close)()  # (uvloop: not an asyncio.Transport)
+            # limits.max_connection_rate_per_host: closed without a byte read (conn_rate.py)
+            self.core.limits.rate.refuse(transport)
             return
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
@@ -82,7 +82,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._schedule_tick()
 
     def data_received(self, data: bytes) -> None:
-        assert self.conn is not None
+        if self.conn is None:  # refused (conn_rate.py), its reading paused: bytes read before
+            return
         self.conn.feed(data)
         if len(data) <= FLUSH_NOW_BYTES:
             self.core.engine.flush()
