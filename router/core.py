@@ -84,6 +84,7 @@ class Core:
                 lc.max_sessions_per_connection,
                 lc.max_links_per_connection,
                 lc.max_unsettled_per_link,
+                lc.message_size_exceeded == "close",
             ),
         )
         self.registry = LinkRegistry(

@@ -19,10 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from router.conn_rate import ConnectionRate
+
 log = logging.getLogger("qrouter.limits")
 
 RESOURCE_LIMIT = "amqp:resource-limit-exceeded"  # 2.8.15 amqp-error
 EXPIRY_NEVER_POLICIES = ("allow", "cap", "refuse")
+OVERSIZE_POLICIES = ("close", "detach")
 ANONYMOUS_USER = "<anonymous>"  # every unauthenticated connection counts as this one user
 
 
@@ -45,6 +48,13 @@ class LimitsConfig:
     # control frames (ATTACH, DETACH, BEGIN, ...) a second one client connection may send, in
     # bursts of as many; beyond it the router reads that peer more slowly (router/server.py)
     max_control_rate: int = 500
+    # close | detach: what a client connection that sends a message over max_message_size
+    # gets besides the link's detach (close: as Qpid Dispatch, it is not read any further)
+    message_size_exceeded: str = "close"
+    # new connections a second from one remote host, loopback included, in bursts of
+    # connection_rate_burst; past it a connection is reset as soon as it is accepted
+    max_connection_rate_per_host: int = 20
+    connection_rate_burst: int = 40
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(LimitsConfig))
@@ -63,6 +73,7 @@ NAMES: dict[str, str] = {
     "terminus_timeout": "max_terminus_timeout",
     "expiry_never": "expiry_never",
     "control_rate": "max_control_rate",
+    "connection_rate_per_host": "max_connection_rate_per_host",
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -79,6 +90,8 @@ DESCRIPTIONS: dict[str, str] = {
     "expiry_never": "what expiry-policy never gets: allow, cap (to the timeout cap), refuse",
     "control_rate": "control frames a second from one client connection (ATTACH, DETACH, "
     "BEGIN...); past it the router reads the peer more slowly",
+    "connection_rate_per_host": "new connections a second from one remote host (in bursts of "
+    "connection_rate_burst); past it a connection is reset when accepted",
 }
 
 
@@ -94,6 +107,8 @@ def parse_limits(
         key = f"limits.{name}"
         if name == "expiry_never":
             lim.expiry_never = want_choice(key, table[name], EXPIRY_NEVER_POLICIES)
+        elif name == "message_size_exceeded":
+            lim.message_size_exceeded = want_choice(key, table[name], OVERSIZE_POLICIES)
         elif name == "max_terminus_timeout":
             lim.max_terminus_timeout = want_number(key, table[name], 0.0)
         elif name == "max_sessions_per_connection":
@@ -114,6 +129,17 @@ class Limits:
         self.hosts: Counter[str] = Counter()
         self.users: Counter[str] = Counter()
         self.admitted: dict[Any, tuple[str, str]] = {}
+        self.rate = ConnectionRate(
+            config.max_connection_rate_per_host, config.connection_rate_burst
+        )
+
+    def accept(self, host: str) -> bool:
+        """A socket just accepted from `host` (before any byte is read): False when the host's
+        connection rate is spent and the socket is to be reset (router/conn_rate.py)."""
+        if self.rate.admit(host):
+            return True
+        self.refused["connection_rate_per_host"] += 1
+        return False
 
     # -- connections ---------------------------------------------------------------------------
 

@@ -52,11 +52,15 @@ class AmqpProtocol(asyncio.Protocol):
         self.filled = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        if peer and not self.core.limits.accept(str(peer[0])):
+            # limits.max_connection_rate_per_host: closed without a byte read (conn_rate.py)
+            self.core.limits.rate.refuse(transport)
+            return
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
         limit_writes(transport, self.core.config)
-        peer = transport.get_extra_info("peername")
         log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
         self._schedule_tick()
 
@@ -78,7 +82,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._schedule_tick()
 
     def data_received(self, data: bytes) -> None:
-        assert self.conn is not None
+        if self.conn is None:  # refused (conn_rate.py), its reading paused: bytes read before
+            return
         self.conn.feed(data)
         if len(data) <= FLUSH_NOW_BYTES:
             self.core.engine.flush()

@@ -127,6 +127,11 @@ cdef class Connection:
             self.bytes_in += len(b)
             self.last_read = monotonic()
         if self.inbuf is not None:
+            if 8 <= len(self.inbuf) < self.inbuf_need < len(self.inbuf) + len(b):
+                # a big read that completes the held frame and goes on: the frame is made
+                # whole on its own and the rest parsed in place, so a stream's every read is
+                # not copied twice more
+                return self.complete_held(b)
             # appended in place, parsed only once the frame can be whole: a frame that comes a
             # byte at a time costs its size once, not its size squared
             self.inbuf += b
@@ -134,17 +139,31 @@ cdef class Connection:
                 return
             b = bytes(self.inbuf)
             self.inbuf = None
-        self.consume(b)
+        self.consume(b, 0)
 
-    cdef int consume(self, bytes b) except -1:
-        cdef Py_ssize_t pos = 0
-        if self.sasl_pending and PyBytes_GET_SIZE(b) > self.max_frame_size:
+    cdef int complete_held(self, bytes b) except -1:
+        cdef Py_ssize_t have = len(self.inbuf), take = self.inbuf_need - have
+        cdef bytes head = PyBytes_FromStringAndSize(NULL, self.inbuf_need)
+        memcpy(PyBytes_AS_STRING(head), PyByteArray_AS_STRING(self.inbuf), have)
+        memcpy(PyBytes_AS_STRING(head) + have, PyBytes_AS_STRING(b), take)
+        self.inbuf = None
+        self.consume(head, 0)
+        if self.state == CS_CLOSED or self.closing:
+            return 0
+        if self.inbuf is not None:            # held again (yielded, SASL pending): keep the rest
+            self.inbuf += b[take:]
+            return 0
+        return self.consume(b, take)
+
+    cdef int consume(self, bytes b, Py_ssize_t start) except -1:
+        cdef Py_ssize_t pos = start
+        if self.sasl_pending and PyBytes_GET_SIZE(b) - start > self.max_frame_size:
             # bytes pipelined behind a sasl-init are held, not read, until the outcome
             self.fail("amqp:connection:framing-error",
                       f"more than {self.max_frame_size} bytes sent before the SASL outcome")
             return 0
         try:
-            pos = self.parse(b)
+            pos = self.parse(b, start)
             if pos < len(b) and self.state != CS_CLOSED and not self.closing:
                 self.inbuf = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(b) + pos,
                                                            len(b) - pos)
@@ -159,7 +178,7 @@ cdef class Connection:
             self.fail("amqp:internal-error", f"{type(e).__name__}: {e}")
         if self.router.jbuf is not None:
             self.router.jbuf.frame_ns = 0         # a frame that failed: no reading left behind
-        note_partial(self, pos)
+        note_partial(self, pos - start)
         return 0
 
     def defer_sasl(self):
@@ -182,7 +201,7 @@ cdef class Connection:
             held = bytes(self.inbuf)              # the partial-frame buffer is a bytearray
         self.inbuf = None
         if held is not None and self.state != CS_CLOSED and not self.closing:
-            self.consume(held)
+            self.consume(held, 0)
 
     def start(self, mechanism=None, initial_response=None, hostname=None, step=None):
         """Client side: send our protocol header (2.2); with a SASL mechanism, the SASL
@@ -529,9 +548,10 @@ cdef class Connection:
 
     # --- input --------------------------------------------------------------------------------
 
-    cdef Py_ssize_t parse(self, bytes b) except -1:
+    cdef Py_ssize_t parse(self, bytes b, Py_ssize_t pos) except -1:
+        # the frames of b from pos; returns where the first incomplete one starts
         cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(b), pos = 0
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
         cdef uint32_t size
         cdef int doff, ftype
         cdef uint16_t channel
@@ -1188,10 +1208,7 @@ cdef class Connection:
             d.partial += PyBytes_FromStringAndSize(<char*>payload, plen)
             if mms and <uint64_t>len(d.partial) > mms:
                 link.current = None
-                if self.limits is not None:
-                    self.limits.n_message_size += 1
-                return link_error(link, "amqp:link:message-size-exceeded",
-                                  f"message exceeds {mms} bytes")
+                return oversize(self, link, mms)          # limits.pxi
             if more:
                 return 0
             link.current = None
@@ -1200,10 +1217,7 @@ cdef class Connection:
             payload = <const uint8_t*>PyBytes_AS_STRING(d.payload)
             plen = PyBytes_GET_SIZE(d.payload)
         elif mms and <uint64_t>plen > mms:
-            if self.limits is not None:
-                self.limits.n_message_size += 1
-            return link_error(link, "amqp:link:message-size-exceeded",
-                              f"message exceeds {mms} bytes")
+            return oversize(self, link, mms)
         if self.router.jbuf is not None:
             journal_received(link, d, payload, plen)
         if link.durable_key is not None and link.resumable and not link.endpoint:

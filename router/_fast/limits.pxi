@@ -10,19 +10,37 @@ cdef class Limits:
     cdef public uint32_t sessions           # per connection; 0: no limit
     cdef public uint32_t links              # per connection; 0: no limit
     cdef public int64_t unsettled           # per incoming link; 0: no limit
+    cdef public bint oversize_close         # a message over max-message-size closes its conn.
     # refusals, for $management and /metrics
     cdef readonly int64_t n_sessions, n_links, n_unsettled, n_message_size
 
-    def __init__(self, uint32_t sessions=0, uint32_t links=0, int64_t unsettled=0):
+    def __init__(self, uint32_t sessions=0, uint32_t links=0, int64_t unsettled=0,
+                 bint oversize_close=False):
         self.sessions = sessions
         self.links = links
         self.unsettled = unsettled
+        self.oversize_close = oversize_close
 
     def counters(self):
         return {"sessions_per_connection": self.n_sessions,
                 "links_per_connection": self.n_links,
                 "unsettled_per_link": self.n_unsettled,
                 "message_size": self.n_message_size}
+
+
+cdef int oversize(Connection c, Link link, uint64_t mms) except -1:
+    """A delivery grew past the max-message-size of its link (2.7.3): the link is detached with
+    amqp:link:message-size-exceeded (2.8.18). With limits.message_size_exceeded = "close" a
+    client connection is then closed with amqp:connection:forced (2.8.16), as Qpid Dispatch
+    does: nothing more of the message, which may go on for megabytes, is read."""
+    cdef Limits lim = c.limits
+    if lim is not None:
+        lim.n_message_size += 1
+    link_error(link, "amqp:link:message-size-exceeded", f"message exceeds {mms} bytes")
+    if lim is not None and lim.oversize_close:
+        c.fail("amqp:connection:forced",
+               f"message exceeds {mms} bytes (max-message-size): connection closed")
+    return 0
 
 
 cdef bint session_refused(Connection c, uint16_t channel) except -1:

@@ -256,6 +256,38 @@ def test_any_chunking_gives_the_same_answer(cuts: list[int]) -> None:
     assert _replay(core, chunks) == (whole, None)
 
 
+def _replay_yielding(core: Any, chunks: list[bytes], budget: int) -> tuple[bytes, Any]:
+    """As _replay, with the server's control-frame budget (router/server.py): after a feed
+    that yielded, more bytes may arrive before the empty feed that goes on."""
+    conn = core.new_connection(LISTENER)
+    conn.control_budget = budget
+    out = bytearray()
+    for chunk in chunks:
+        conn.feed(chunk)
+        out += conn.take_output()
+    for _ in range(10_000):
+        if not conn.yielded:
+            break
+        conn.feed(b"")
+        out += conn.take_output()
+    return bytes(out), conn.error
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 4000), max_size=40), st.integers(1, 3))
+def test_any_chunking_with_a_control_budget_gives_the_same_answer(
+    cuts: list[int], budget: int
+) -> None:
+    """A connection that yielded holds whole frames and more beyond the first frame's size;
+    the next bytes, of any size, join them in order."""
+    core = make_core(id="budget")
+    data = b"".join(captured_session())
+    whole, _ = _replay(core, [data])
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    assert _replay_yielding(core, chunks, budget) == (whole, None)
+
+
 def test_a_large_frame_a_byte_at_a_time() -> None:
     """A 1 MiB frame (max-frame-size 1 MiB) fed one byte per feed(): it arrives whole, once
     (the partial frame is appended to, not copied at every byte)."""

@@ -7,6 +7,7 @@ import pytest
 from proton import Delivery, Link
 
 from router.config import ListenerConfig
+from router.limits import LimitsConfig
 from tests.engine.pump import (
     AMQP_HEADER,
     DISPOSITION,
@@ -269,8 +270,9 @@ def test_tag_longer_than_32_bytes(core) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("frame_size", [None, 512])
 def test_message_over_max_message_size(frame_size: int | None) -> None:
     """2.7.3 max-message-size / 2.8.18 amqp:link:message-size-exceeded: the link is
-    detached, the connection and its other links stay open (single- and multi-frame)."""
-    core = make_core(max_message_size=1000)
+    detached, the connection and its other links stay open (single- and multi-frame), with
+    limits.message_size_exceeded = "detach"."""
+    core = make_core(max_message_size=1000, limits=LimitsConfig(message_size_exceeded="detach"))
     listener = ListenerConfig(max_frame_size=frame_size or 65536)
     consumer, rcv, producer, snd = _pair(
         core, "limit", listener=listener, max_frame_size=frame_size
@@ -285,6 +287,30 @@ def test_message_over_max_message_size(frame_size: int | None) -> None:
     assert receive(rcv) == []
     send(other, "small")
     pump(consumer, producer)
+    assert [m.body for _, m in receive(rcv)] == ["small"]
+
+
+@pytest.mark.parametrize("frame_size", [None, 512])
+def test_message_over_max_message_size_closes_the_connection(frame_size: int | None) -> None:
+    """By default (limits.message_size_exceeded = "close") the link is detached with
+    amqp:link:message-size-exceeded and then the connection is closed with
+    amqp:connection:forced: nothing more of the message is read. Another connection goes on."""
+    core = make_core(max_message_size=1000)
+    listener = ListenerConfig(max_frame_size=frame_size or 65536)
+    consumer, rcv, producer, snd = _pair(
+        core, "limit", listener=listener, max_frame_size=frame_size
+    )
+    send(snd, "x" * 2000)
+    pump(consumer, producer)
+    assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert producer.conn.closed
+    assert producer.connection.remote_condition.name == "amqp:connection:forced"
+    assert "message exceeds 1000 bytes" in producer.connection.remote_condition.description
+    assert core.limits.engine.counters()["message_size"] == 1
+    assert receive(rcv) == []
+    again = Peer(core, container="again", listener=listener, max_frame_size=frame_size)
+    send(again.sender("limit", "again"), "small")
+    pump(consumer, again)
     assert [m.body for _, m in receive(rcv)] == ["small"]
 
 

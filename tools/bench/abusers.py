@@ -1,6 +1,6 @@
 """Abusive AMQP 1.0 clients against a router, for the abuse benchmark (docs/security.md).
 
-    python abusers.py HOST PORT --seconds 30 --each 4 [--user NAME]
+    python abusers.py HOST PORT --seconds 30 --each 4 [--user NAME] [--source 127.0.0.2]
 
 Runs `--each` clients of every kind below for `--seconds`, then prints one JSON line (what
 each kind did and what the router answered) and exits. Every client reconnects when the
@@ -174,8 +174,11 @@ class Peer(asyncio.Protocol):
 
 
 class Abusers:
-    def __init__(self, host: str, port: int, user: str, deadline: float) -> None:
+    def __init__(
+        self, host: str, port: int, user: str, deadline: float, source: str | None = None
+    ) -> None:
         self.host, self.port, self.user, self.deadline = host, port, user, deadline
+        self.source = source  # the local address the clients connect from (None: any)
         self.stats: Counter[str] = Counter()
 
     def running(self) -> bool:
@@ -185,7 +188,13 @@ class Abusers:
         loop = asyncio.get_running_loop()
         try:
             _, peer = await asyncio.wait_for(
-                loop.create_connection(Peer, self.host, self.port), ANSWER_S
+                loop.create_connection(
+                    Peer,
+                    self.host,
+                    self.port,
+                    local_addr=(self.source, 0) if self.source else None,
+                ),
+                ANSWER_S,
             )
         except (OSError, TimeoutError):
             self.stats["connect failed"] += 1
@@ -325,8 +334,10 @@ def main() -> None:
     parser.add_argument("--each", type=int, default=4, help="clients of every kind")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--user", default="bench", help="the user the wrong passwords are for")
+    parser.add_argument("--source", help="connect from this local address (e.g. 127.0.0.2)")
     args = parser.parse_args()
-    abusers = Abusers(args.host, args.port, args.user, time.monotonic() + args.seconds)
+    deadline = time.monotonic() + args.seconds
+    abusers = Abusers(args.host, args.port, args.user, deadline, args.source)
 
     async def run() -> dict[str, Any]:
         def stop() -> None:  # SIGTERM ends the run early; the stats still print
