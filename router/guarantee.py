@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
+from router.eo.records import OriginRecord
 from router.journal import origin_id
 from router.link_registry import AttachError
 from router.store_health import check_injected
@@ -144,6 +145,26 @@ class _TopicStore:
             w[self.mark] = b""
         self.g.schedule()
 
+    def commit_records(
+        self,
+        puts: Mapping[bytes, bytes],
+        records: Mapping[bytes, OriginRecord],
+        deletes: Iterable[bytes],
+    ) -> None:
+        """`commit`, with origin records staged as they are: `Guarantees.flush` encodes each
+        once per loop iteration, in the state the iteration left it in (the same bytes the
+        last of its per-input commits would have written)."""
+        w = self.g.writes
+        for key in deletes:
+            w[self.prefix + key] = None
+        for key, value in puts.items():
+            w[self.prefix + key] = value
+        for key, rec in records.items():
+            w[self.prefix + key] = rec
+        if puts or records:
+            w[self.mark] = b""
+        self.g.schedule()
+
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         cut = len(self.prefix)
         for key, value in self.g.backend_scan(self.prefix + prefix):
@@ -170,7 +191,8 @@ class Guarantees:
         self.subs: dict[AttId, _Sub] = {}
         self.by_link: dict[Link, _Pub | _Sub] = {}
         self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
-        self.writes: dict[bytes, bytes | None] = {}
+        # bytes, None (delete) or an origin record to encode at the commit
+        self.writes: dict[bytes, bytes | OriginRecord | None] = {}
         self.outputs: list[tuple[Any, ...]] = []
         self.batches: dict[int, list[dict[str, Any]]] = {}  # next hop -> envelopes to send
         self.scheduled = False
@@ -277,7 +299,11 @@ class Guarantees:
         while self.writes or self.outputs:
             if self.writes:
                 writes = self.writes
-                puts = {k: v for k, v in writes.items() if v is not None}
+                puts = {
+                    k: v if isinstance(v, bytes) else v.encode_state()
+                    for k, v in writes.items()
+                    if v is not None
+                }
                 deletes = {k for k, v in writes.items() if v is None}
                 if self.store is not None:
                     try:

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 
 Sub = tuple[str, str]
 """A subscriber: (container-id, link name) of its receiving link."""
@@ -79,18 +80,36 @@ class OriginRecord:
         return out
 
     def encode_state(self) -> bytes:
-        return json.dumps(
-            {
-                "pub": list(self.publisher),
-                "tag": self.tag.hex(),
-                "settled": int(self.settled),
-                "subs": [[c, link, int(s)] for (c, link), s in sorted(self.subs.items())],
-            },
-            separators=(",", ":"),
-        ).encode()
+        """The durable state (`STATE_V2`): written once per loop iteration by the router's
+        group commit, so it is a flat binary record rather than JSON."""
+        subs = self.subs
+        out = [_V2_SETTLED if self.settled else _V2_OPEN, _pair(self.publisher), _lp(self.tag)]
+        out.append(len(subs).to_bytes(4, "big"))
+        for sub in sorted(subs):
+            out.append(_pair(sub))
+            out.append(_STATE_BYTE[subs[sub]])
+        return b"".join(out)
 
     @classmethod
     def decode(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+        if state[:1] == b"{":
+            return cls._decode_json(out_tag, state, body)
+        if state[:1] != STATE_V2 or len(state) < 2:
+            raise ValueError("unknown origin record encoding")
+        r = _Reader(state, 2)
+        publisher = (r.text(), r.text())
+        tag = r.field()
+        subs = {}
+        for _ in range(r.u32()):
+            sub = (r.text(), r.text())
+            subs[sub] = SubState(r.byte())
+        if r.pos != len(state):
+            raise ValueError("trailing bytes in origin record")
+        return cls(out_tag, publisher, tag, body, subs, state[1] == 1)
+
+    @classmethod
+    def _decode_json(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+        """The encoding of releases before STATE_V2 (a store written by one of them)."""
         d = json.loads(state)
         subs = {(c, link): SubState(s) for c, link, s in d["subs"]}
         return cls(
@@ -101,6 +120,58 @@ class OriginRecord:
             subs,
             bool(d["settled"]),
         )
+
+
+STATE_V2 = b"\x02"
+"""Origin record state, version 2: 0x02, settled (1 byte), publisher container and link, the
+original tag, the subscriber count (u32), then per subscriber (in sorted order) its container,
+link and state (1 byte). Strings are UTF-8 and every variable field has a u32 big-endian
+length prefix. Version 1 (JSON, first byte ``{``) is still read."""
+_V2_OPEN = STATE_V2 + b"\x00"
+_V2_SETTLED = STATE_V2 + b"\x01"
+_STATE_BYTE = {s: bytes([int(s)]) for s in SubState}
+
+
+def _lp(raw: bytes) -> bytes:
+    return len(raw).to_bytes(4, "big") + raw
+
+
+@lru_cache(maxsize=4096)
+def _pair(pair: tuple[str, str]) -> bytes:
+    """A subscriber's or publisher's (container, link), encoded once and reused."""
+    return _lp(pair[0].encode()) + _lp(pair[1].encode())
+
+
+class _Reader:
+    def __init__(self, raw: bytes, pos: int) -> None:
+        self.raw = raw
+        self.pos = pos
+
+    def u32(self) -> int:
+        end = self.pos + 4
+        if end > len(self.raw):
+            raise ValueError("truncated origin record")
+        n = int.from_bytes(self.raw[self.pos : end], "big")
+        self.pos = end
+        return n
+
+    def byte(self) -> int:
+        if self.pos >= len(self.raw):
+            raise ValueError("truncated origin record")
+        self.pos += 1
+        return self.raw[self.pos - 1]
+
+    def field(self) -> bytes:
+        n = self.u32()
+        end = self.pos + n
+        if end > len(self.raw):
+            raise ValueError("truncated origin record")
+        value = self.raw[self.pos : end]
+        self.pos = end
+        return bytes(value)
+
+    def text(self) -> str:
+        return self.field().decode()
 
 
 @dataclass(slots=True)
