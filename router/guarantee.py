@@ -691,7 +691,7 @@ class Guarantees:
             log.warning("undecodable guaranteed-topic message from %r dropped", src)
             return
         name = message["topic"]
-        if self.guarantee_of(name) is None and name not in self.topics:
+        if name not in self.topics and self.guarantee_of(name) is None:
             log.warning("router %r speaks of %r, which has no guarantee here", src, name)
             return
         t = self.topic(name)

@@ -293,6 +293,7 @@ def _topic_router(topic: str) -> Any:
 
 
 def interrouter(data: bytes) -> None:
+    from router.inter_router import eo_envelopes
     from router.mesh import RoutingEngine
 
     try:
@@ -312,7 +313,7 @@ def interrouter(data: bytes) -> None:
             mesh.tick(now)
             continue
         # router/guarantee.py: a batch of envelopes {to, from, e, n, m}; m goes to its topic
-        envelopes = msg.get("m")
+        envelopes = eo_envelopes(msg)  # compact ("b", eo_wire.pxi) or an AMQP list ("m")
         for env in envelopes if isinstance(envelopes, list) else ():
             inner = env.get("m") if isinstance(env, dict) else None
             src = env.get("from") if isinstance(env, dict) else None
