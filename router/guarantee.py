@@ -660,7 +660,8 @@ class Guarantees:
             self.dropped += 1
             log.warning("undecodable guaranteed-topic envelope dropped")
             return
-        to, src, e, n = (envelope.get(k) for k in ("to", "from", "e", "n"))
+        get = envelope.get
+        to, src, e, n = get("to"), get("from"), get("e"), get("n")
         if not (isinstance(to, str) and isinstance(src, str)):
             self.dropped += 1
             log.warning("guaranteed-topic envelope without to/from dropped")

@@ -547,7 +547,11 @@ class TopicRouter:
             del self._locals[rec.out_tag]
 
     def _barrier_passed(self, epoch: int) -> bool:
-        return all(p not in self._up or self._barrier.get(p, 0) > epoch for p in self._peers)
+        barrier = self._barrier
+        for p in self._up:  # peers not up are not waited for
+            if barrier.get(p, 0) <= epoch:
+                return False
+        return True
 
     # -- inter-router messages ---------------------------------------------------------------
 

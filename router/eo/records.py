@@ -65,10 +65,15 @@ class OriginRecord:
     settle_sent: set[AttId] = field(default_factory=set)
 
     def pending(self) -> bool:
-        return any(state == SubState.PENDING for state in self.subs.values())
+        return SubState.PENDING in self.subs.values()
 
     def done(self) -> bool:
-        return self.settled and all(state == SubState.SEEN for state in self.subs.values())
+        if not self.settled:
+            return False
+        for state in self.subs.values():
+            if state != SubState.SEEN:
+                return False
+        return True
 
     def interested_routers(self, where: dict[Sub, set[str]]) -> dict[str, SubState]:
         """The seed's per-router view: each router holding some of our subscribers, with the
@@ -191,10 +196,18 @@ class LocalRecord:
         return self.body is None and not self.settled
 
     def all_accepted(self) -> bool:
-        return bool(self.subs) and all(s >= LocalState.ACCEPTED for s in self.subs.values())
+        if not self.subs:
+            return False
+        for s in self.subs.values():
+            if s < LocalState.ACCEPTED:
+                return False
+        return True
 
     def all_seen(self) -> bool:
-        return all(s == LocalState.SEEN for s in self.subs.values())
+        for s in self.subs.values():
+            if s != LocalState.SEEN:
+                return False
+        return True
 
 
 def encode_sub(sub: Sub) -> bytes:
