@@ -195,6 +195,9 @@ class Guarantees:
         self.writes: dict[bytes, bytes | OriginRecord | None] = {}
         self.outputs: list[tuple[Any, ...]] = []
         self.batches: dict[int, list[dict[str, Any]]] = {}  # next hop -> envelopes to send
+        # this iteration's envelope per (router, epoch, next hop): our messages to a router
+        # share one envelope, one sequence number ("ms", in order)
+        self.groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -330,6 +333,7 @@ class Guarantees:
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
+            self.groups.clear()
             if self.core.mesh is not None:
                 for link_id, envelopes in batches.items():
                     self.core.mesh.send_eo(link_id, envelopes)
@@ -353,12 +357,18 @@ class Guarantees:
         ch = self.channels.get(router_id)
         if ch is None or ch.link_id is None or self.core.mesh is None:
             return  # down: lost, as a broken channel loses what it carried
+        key = (router_id, ch.epoch, ch.link_id)
+        group = self.groups.get(key)
+        if group is not None:
+            group.append(message)  # the envelope already queued for this iteration
+            return
+        group = self.groups[key] = [message]
         envelope = {
             "to": router_id,
             "from": self.router_id,
             "e": ch.epoch,
             "n": ch.out_n,
-            "m": message,
+            "ms": group,
         }
         ch.out_n += 1
         self._send(ch.link_id, envelope)
@@ -686,18 +696,24 @@ class Guarantees:
             self._reset(src, ch, ch.epoch + 1)
             return
         ch.in_n += 1
-        message = envelope.get("m")
-        if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
-            self.dropped += 1
-            log.warning("undecodable guaranteed-topic message from %r dropped", src)
-            return
-        name = message["topic"]
-        if name not in self.topics and self.guarantee_of(name) is None:
-            log.warning("router %r speaks of %r, which has no guarantee here", src, name)
-            return
-        t = self.topic(name)
-        assert t is not None
-        t.receive(src, message, self.now())
+        messages = envelope.get("ms")
+        if messages is None:
+            messages = [envelope.get("m")]  # one message: a router before "ms"
+        elif not isinstance(messages, list):
+            messages = [None]
+        now = self.now()
+        for message in messages:
+            if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
+                self.dropped += 1
+                log.warning("undecodable guaranteed-topic message from %r dropped", src)
+                continue
+            name = message["topic"]
+            if name not in self.topics and self.guarantee_of(name) is None:
+                log.warning("router %r speaks of %r, which has no guarantee here", src, name)
+                continue
+            t = self.topic(name)
+            assert t is not None
+            t.receive(src, message, now)
 
 
 def _unsettled(value: Any) -> dict[bytes, bool]:
