@@ -10,6 +10,8 @@
 #   0x03 int: 8 octets, signed big-endian
 #   0x04 str: u32 length, UTF-8      0x05 bytes: u32 length, octets
 #   0x06 list: u32 count, values     0x07 map: u32 count, (str key, value) pairs
+#   0x08 word: 1 octet, an index into EO_WORDS (the protocol's field names and ops: decoded
+#        as one shared str, hash already known, nothing copied)
 # u32 is big-endian. The bytes come from another router, so decoding is bounded: a count
 # cannot exceed the octets left (every value takes at least one), nesting stops at
 # EO_MAX_DEPTH, and anything else malformed raises DecodeError.
@@ -29,7 +31,18 @@ cdef enum:
     EOW_BYTES = 5
     EOW_LIST = 6
     EOW_MAP = 7
+    EOW_WORD = 8
     EO_MAX_DEPTH = 16
+
+# Append only: the index of a word is its encoding (a router reads what older ones wrote).
+EO_WORDS = (
+    "to", "from", "e", "n", "m", "ms", "op", "v", "topic",
+    "t", "pub", "tag", "body", "targets", "subs", "att", "sub", "map", "closed", "instance",
+    "attached", "known", "tags", "settled", "live",
+    "FWD", "ACCEPT", "SETTLE", "SEEN", "SUB", "UNSUB", "SUBS", "ASK", "ANSWER", "PING", "PONG",
+)
+cdef tuple _EO_WORDS = tuple(__import__("sys").intern(w) for w in EO_WORDS)
+cdef dict _EO_WORD_INDEX = {w: i for i, w in enumerate(_EO_WORDS)}
 
 
 cdef int _eow_len(Writer w, Py_ssize_t n) except -1:
@@ -43,6 +56,7 @@ cdef int _eow_pack(Writer w, object v, int depth) except -1:
     cdef int64_t x
     cdef Py_ssize_t n
     cdef const char* p
+    cdef object word
     if depth > EO_MAX_DEPTH:
         raise ValueError("eo_pack: nested too deep")
     if v is None:
@@ -59,6 +73,11 @@ cdef int _eow_pack(Writer w, object v, int depth) except -1:
         w.put_u8(EOW_INT)
         w.put_u64(<uint64_t>x)
     elif isinstance(v, str):
+        word = _EO_WORD_INDEX.get(v)
+        if word is not None:
+            w.put_u8(EOW_WORD)
+            w.put_u8(<uint8_t>(<int>word))
+            return 0
         p = PyUnicode_AsUTF8AndSize(v, &n)
         w.put_u8(EOW_STR)
         _eow_len(w, n)
@@ -155,6 +174,14 @@ cdef object _eow_unpack(EowReader* r, int depth):
             return PyUnicode_DecodeUTF8(<const char*>q, n, NULL)
         except UnicodeDecodeError:
             raise DecodeError("eo: invalid UTF-8") from None
+    if kind == EOW_WORD:
+        if r.pos >= r.end:
+            raise DecodeError("eo: truncated")
+        i = r.p[r.pos]
+        r.pos += 1
+        if i >= <uint32_t>len(_EO_WORDS):
+            raise DecodeError(f"eo: unknown word {i}")
+        return _EO_WORDS[i]
     if kind == EOW_LIST:
         n = _eow_read_u32(r)
         if <Py_ssize_t>n > r.end - r.pos:
@@ -169,7 +196,7 @@ cdef object _eow_unpack(EowReader* r, int depth):
             raise DecodeError("eo: count larger than the data")
         m = {}
         for i in range(n):
-            if r.pos >= r.end or r.p[r.pos] != EOW_STR:
+            if r.pos >= r.end or (r.p[r.pos] != EOW_STR and r.p[r.pos] != EOW_WORD):
                 raise DecodeError("eo: a map key is not a string")
             key = _eow_unpack(r, depth + 1)
             m[key] = _eow_unpack(r, depth + 1)

@@ -88,10 +88,11 @@ class OriginRecord:
         """The durable state (`STATE_V2`): written once per loop iteration by the router's
         group commit, so it is a flat binary record rather than JSON."""
         subs = self.subs
+        count, order = _layout(tuple(subs))
         out = [_V2_SETTLED if self.settled else _V2_OPEN, _pair(self.publisher), _lp(self.tag)]
-        out.append(len(subs).to_bytes(4, "big"))
-        for sub in sorted(subs):
-            out.append(_pair(sub))
+        out.append(count)
+        for sub, encoded in order:
+            out.append(encoded)
             out.append(_STATE_BYTE[subs[sub]])
         return b"".join(out)
 
@@ -145,6 +146,14 @@ def _lp(raw: bytes) -> bytes:
 def _pair(pair: tuple[str, str]) -> bytes:
     """A subscriber's or publisher's (container, link), encoded once and reused."""
     return _lp(pair[0].encode()) + _lp(pair[1].encode())
+
+
+@lru_cache(maxsize=1024)
+def _layout(subs: tuple[Sub, ...]) -> tuple[bytes, tuple[tuple[Sub, bytes], ...]]:
+    """The subscriber count and the subscribers in key order, each with its encoding: the
+    same for every record of a topic while its subscribers do not change."""
+    order = sorted(subs)
+    return len(order).to_bytes(4, "big"), tuple((sub, _pair(sub)) for sub in order)
 
 
 class _Reader:

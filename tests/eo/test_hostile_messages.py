@@ -86,6 +86,18 @@ def test_compact_envelope_decoding_is_bounded() -> None:
             eo_pack(bad)
 
 
+def test_compact_envelope_words() -> None:
+    from router._fast.engine import EO_WORDS, eo_pack, eo_unpack
+
+    value = {w: [w, w + "x", {w: w}] for w in EO_WORDS}
+    assert eo_unpack(eo_pack(value)) == value
+    assert eo_pack("FWD") == b"\x08" + bytes([EO_WORDS.index("FWD")])
+    with pytest.raises(DecodeError):
+        eo_unpack(b"\x08" + bytes([len(EO_WORDS)]))  # no such word
+    with pytest.raises(DecodeError):
+        eo_unpack(b"\x08")
+
+
 def test_eo_control_messages_in_both_encodings() -> None:
     from router._fast.engine import eo_pack
 
