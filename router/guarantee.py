@@ -45,6 +45,7 @@ from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from router.eo.dedup import AcceptedTags
+from router.eo.records import OriginRecord
 from router.journal import origin_id
 from router.link_registry import AttachError
 from router.store_health import check_injected
@@ -145,6 +146,26 @@ class _TopicStore:
             w[self.mark] = b""
         self.g.schedule()
 
+    def commit_records(
+        self,
+        puts: Mapping[bytes, bytes],
+        records: Mapping[bytes, OriginRecord],
+        deletes: Iterable[bytes],
+    ) -> None:
+        """`commit`, with origin records staged as they are: `Guarantees.flush` encodes each
+        once per loop iteration, in the state the iteration left it in (the same bytes the
+        last of its per-input commits would have written)."""
+        w = self.g.writes
+        for key in deletes:
+            w[self.prefix + key] = None
+        for key, value in puts.items():
+            w[self.prefix + key] = value
+        for key, rec in records.items():
+            w[self.prefix + key] = rec
+        if puts or records:
+            w[self.mark] = b""
+        self.g.schedule()
+
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         cut = len(self.prefix)
         for key, value in self.g.backend_scan(self.prefix + prefix):
@@ -171,9 +192,13 @@ class Guarantees:
         self.subs: dict[AttId, _Sub] = {}
         self.by_link: dict[Link, _Pub | _Sub] = {}
         self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
-        self.writes: dict[bytes, bytes | None] = {}
+        # bytes, None (delete) or an origin record to encode at the commit
+        self.writes: dict[bytes, bytes | OriginRecord | None] = {}
         self.outputs: list[tuple[Any, ...]] = []
         self.batches: dict[int, list[dict[str, Any]]] = {}  # next hop -> envelopes to send
+        # this iteration's envelope per (router, epoch, next hop): our messages to a router
+        # share one envelope, one sequence number ("ms", in order)
+        self.groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -281,7 +306,11 @@ class Guarantees:
         while self.writes or self.outputs:
             if self.writes:
                 writes = self.writes
-                puts = {k: v for k, v in writes.items() if v is not None}
+                puts = {
+                    k: v if isinstance(v, bytes) else v.encode_state()
+                    for k, v in writes.items()
+                    if v is not None
+                }
                 deletes = {k for k, v in writes.items() if v is None}
                 if self.store is not None:
                     try:
@@ -308,6 +337,7 @@ class Guarantees:
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
+            self.groups.clear()
             if self.core.mesh is not None:
                 for link_id, envelopes in batches.items():
                     self.core.mesh.send_eo(link_id, envelopes)
@@ -331,12 +361,18 @@ class Guarantees:
         ch = self.channels.get(router_id)
         if ch is None or ch.link_id is None or self.core.mesh is None:
             return  # down: lost, as a broken channel loses what it carried
+        key = (router_id, ch.epoch, ch.link_id)
+        group = self.groups.get(key)
+        if group is not None:
+            group.append(message)  # the envelope already queued for this iteration
+            return
+        group = self.groups[key] = [message]
         envelope = {
             "to": router_id,
             "from": self.router_id,
             "e": ch.epoch,
             "n": ch.out_n,
-            "m": message,
+            "ms": group,
         }
         ch.out_n += 1
         self._send(ch.link_id, envelope)
@@ -649,7 +685,8 @@ class Guarantees:
             self.dropped += 1
             log.warning("undecodable guaranteed-topic envelope dropped")
             return
-        to, src, e, n = (envelope.get(k) for k in ("to", "from", "e", "n"))
+        get = envelope.get
+        to, src, e, n = get("to"), get("from"), get("e"), get("n")
         if not (isinstance(to, str) and isinstance(src, str)):
             self.dropped += 1
             log.warning("guaranteed-topic envelope without to/from dropped")
@@ -674,18 +711,24 @@ class Guarantees:
             self._reset(src, ch, ch.epoch + 1)
             return
         ch.in_n += 1
-        message = envelope.get("m")
-        if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
-            self.dropped += 1
-            log.warning("undecodable guaranteed-topic message from %r dropped", src)
-            return
-        name = message["topic"]
-        if self.guarantee_of(name) is None and name not in self.topics:
-            log.warning("router %r speaks of %r, which has no guarantee here", src, name)
-            return
-        t = self.topic(name)
-        assert t is not None
-        t.receive(src, message, self.now())
+        messages = envelope.get("ms")
+        if messages is None:
+            messages = [envelope.get("m")]  # one message: a router before "ms"
+        elif not isinstance(messages, list):
+            messages = [None]
+        now = self.now()
+        for message in messages:
+            if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
+                self.dropped += 1
+                log.warning("undecodable guaranteed-topic message from %r dropped", src)
+                continue
+            name = message["topic"]
+            if name not in self.topics and self.guarantee_of(name) is None:
+                log.warning("router %r speaks of %r, which has no guarantee here", src, name)
+                continue
+            t = self.topic(name)
+            assert t is not None
+            t.receive(src, message, now)
 
 
 def _unsettled(value: Any) -> dict[bytes, bool]:

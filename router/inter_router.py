@@ -29,7 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from router import __version__
 from router._fast.codec import Described, Symbol, UByte, UInt, ULong, decode, encode
-from router._fast.engine import DISTRIBUTION_CODES, Connection, Link, source_value, target_value
+from router._fast.engine import (
+    DISTRIBUTION_CODES,
+    Connection,
+    Link,
+    eo_pack,
+    eo_unpack,
+    source_value,
+    target_value,
+)
 from router.config import ConfigError, ConnectorConfig
 from router.mesh import RoutingEngine
 
@@ -353,7 +361,7 @@ class Mesh:
     def _dispatch(self, peer: Peer, message: Any) -> None:
         if isinstance(message, dict) and message.get("op") == EO_OP:
             # a guaranteed topic's envelopes (router/guarantee.py), to us or to pass on
-            self.core.guarantees.receive_batch(self._from_behind(peer, message.get("m")))
+            self.core.guarantees.receive_batch(self._from_behind(peer, eo_envelopes(message)))
             return
         if isinstance(message, dict) and message.get("op") == "HELLO":
             if message.get("id") != peer.router_id:
@@ -399,8 +407,18 @@ class Mesh:
         return kept
 
     def send_eo(self, link_id: int, envelopes: list[dict[str, Any]]) -> None:
-        """Guaranteed topics' envelopes to the neighbour at the other end of `link_id`."""
-        self.send(link_id, {"op": EO_OP, "m": envelopes})
+        """Guaranteed topics' envelopes to the neighbour at the other end of `link_id`, in
+        the compact encoding of router/_fast/eo_wire.pxi (field "b")."""
+        try:
+            raw = eo_pack(envelopes)
+        except ValueError:
+            # a relayed envelope from an older router ("m", AMQP) may hold what the compact
+            # encoding has no type for (a float, a ulong past 2^63...): drop only those
+            kept = [e for e in envelopes if _packable(e)]
+            self.core.guarantees.dropped += len(envelopes) - len(kept)
+            log.warning("[C%d] unencodable guaranteed-topic envelope(s) dropped", link_id)
+            raw = eo_pack(kept)
+        self.send(link_id, {"op": EO_OP, "b": raw})
 
     def on_closed(self, conn: Connection) -> None:
         peer: Peer | None = conn.info if isinstance(conn.info, Peer) else None
@@ -582,6 +600,29 @@ class Mesh:
             self.xlink_count[address] = n
         else:
             self.xlink_count.pop(address, None)
+
+
+def eo_envelopes(message: dict[Any, Any]) -> Any:
+    """The envelopes of an EO control message: field "b" in the compact encoding
+    (eo_wire.pxi), or "m" as an AMQP list (what routers before it sent); None if "b" does
+    not decode (receive_batch counts and logs it)."""
+    raw = message.get("b")
+    if raw is None:
+        return message.get("m")
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        return eo_unpack(raw)
+    except ValueError:  # DecodeError
+        return None
+
+
+def _packable(envelope: Any) -> bool:
+    try:
+        eo_pack(envelope)
+    except ValueError:
+        return False
+    return True
 
 
 def _mode(value: Any, default: int) -> int:

@@ -137,6 +137,7 @@ class TopicRouter:
         self._loopback: deque[Wire] = deque()
         self._puts: dict[bytes, bytes] = {}
         self._dels: set[bytes] = set()
+        self._dirty: dict[bytes, OriginRecord] = {}  # o/<t> to write, encoded at the commit
         self._sends: list[tuple[str, tuple[Any, ...]]] = []
         self._recover()
 
@@ -567,7 +568,11 @@ class TopicRouter:
             del self._locals[rec.out_tag]
 
     def _barrier_passed(self, epoch: int) -> bool:
-        return all(p not in self._up or self._barrier.get(p, 0) > epoch for p in self._peers)
+        barrier = self._barrier
+        for p in self._up:  # peers not up are not waited for
+            if barrier.get(p, 0) <= epoch:
+                return False
+        return True
 
     # -- inter-router messages ---------------------------------------------------------------
 
@@ -731,13 +736,16 @@ class TopicRouter:
 
     def _save_origin(self, rec: OriginRecord, body: bool = False) -> None:
         if self.eo:
-            self._put(b"o/" + rec.out_tag, rec.encode_state())
+            key = b"o/" + rec.out_tag
+            self._dels.discard(key)
+            self._dirty[key] = rec  # encoded once, at the commit (see _flush)
             if body:
                 self._put(b"m/" + rec.out_tag, rec.body)
 
     def _delete_origin(self, rec: OriginRecord) -> None:
         self._origins.pop(rec.out_tag, None)
         if self.eo:
+            self._dirty.pop(b"o/" + rec.out_tag, None)
             self._del(b"o/" + rec.out_tag)
             self._del(b"m/" + rec.out_tag)
 
@@ -786,10 +794,18 @@ class TopicRouter:
         """End of an input: our own messages, then the commit, then every output in order."""
         while self._loopback:
             self._handle(self.router_id, self._loopback.popleft())
-        if self._puts or self._dels:
-            puts, dels = self._puts, self._dels
-            self._puts, self._dels = {}, set()
-            self._store.commit(puts, dels)
+        if self._puts or self._dels or self._dirty:
+            puts, dels, dirty = self._puts, self._dels, self._dirty
+            self._puts, self._dels, self._dirty = {}, set(), {}
+            commit_records = getattr(self._store, "commit_records", None)
+            if commit_records is not None:
+                # the store encodes the records when it commits its batch (the router's, once
+                # per loop iteration however many inputs touched a record)
+                commit_records(puts, dirty, dels)
+            else:
+                for key, rec in dirty.items():
+                    puts[key] = rec.encode_state()
+                self._store.commit(puts, dels)
         sends, self._sends = self._sends, []
         for method, args in sends:
             getattr(self._port, method)(*args)

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 
 Sub = tuple[str, str]
 """A subscriber: (container-id, link name) of its receiving link."""
@@ -64,10 +65,15 @@ class OriginRecord:
     settle_sent: set[AttId] = field(default_factory=set)
 
     def pending(self) -> bool:
-        return any(state == SubState.PENDING for state in self.subs.values())
+        return SubState.PENDING in self.subs.values()
 
     def done(self) -> bool:
-        return self.settled and all(state == SubState.SEEN for state in self.subs.values())
+        if not self.settled:
+            return False
+        for state in self.subs.values():
+            if state != SubState.SEEN:
+                return False
+        return True
 
     def interested_routers(self, where: dict[Sub, set[str]]) -> dict[str, SubState]:
         """The seed's per-router view: each router holding some of our subscribers, with the
@@ -79,18 +85,37 @@ class OriginRecord:
         return out
 
     def encode_state(self) -> bytes:
-        return json.dumps(
-            {
-                "pub": list(self.publisher),
-                "tag": self.tag.hex(),
-                "settled": int(self.settled),
-                "subs": [[c, link, int(s)] for (c, link), s in sorted(self.subs.items())],
-            },
-            separators=(",", ":"),
-        ).encode()
+        """The durable state (`STATE_V2`): written once per loop iteration by the router's
+        group commit, so it is a flat binary record rather than JSON."""
+        subs = self.subs
+        count, order = _layout(tuple(subs))
+        out = [_V2_SETTLED if self.settled else _V2_OPEN, _pair(self.publisher), _lp(self.tag)]
+        out.append(count)
+        for sub, encoded in order:
+            out.append(encoded)
+            out.append(_STATE_BYTE[subs[sub]])
+        return b"".join(out)
 
     @classmethod
     def decode(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+        if state[:1] == b"{":
+            return cls._decode_json(out_tag, state, body)
+        if state[:1] != STATE_V2 or len(state) < 2:
+            raise ValueError("unknown origin record encoding")
+        r = _Reader(state, 2)
+        publisher = (r.text(), r.text())
+        tag = r.field()
+        subs = {}
+        for _ in range(r.u32()):
+            sub = (r.text(), r.text())
+            subs[sub] = SubState(r.byte())
+        if r.pos != len(state):
+            raise ValueError("trailing bytes in origin record")
+        return cls(out_tag, publisher, tag, body, subs, state[1] == 1)
+
+    @classmethod
+    def _decode_json(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+        """The encoding of releases before STATE_V2 (a store written by one of them)."""
         d = json.loads(state)
         subs = {(c, link): SubState(s) for c, link, s in d["subs"]}
         return cls(
@@ -101,6 +126,66 @@ class OriginRecord:
             subs,
             bool(d["settled"]),
         )
+
+
+STATE_V2 = b"\x02"
+"""Origin record state, version 2: 0x02, settled (1 byte), publisher container and link, the
+original tag, the subscriber count (u32), then per subscriber (in sorted order) its container,
+link and state (1 byte). Strings are UTF-8 and every variable field has a u32 big-endian
+length prefix. Version 1 (JSON, first byte ``{``) is still read."""
+_V2_OPEN = STATE_V2 + b"\x00"
+_V2_SETTLED = STATE_V2 + b"\x01"
+_STATE_BYTE = {s: bytes([int(s)]) for s in SubState}
+
+
+def _lp(raw: bytes) -> bytes:
+    return len(raw).to_bytes(4, "big") + raw
+
+
+@lru_cache(maxsize=4096)
+def _pair(pair: tuple[str, str]) -> bytes:
+    """A subscriber's or publisher's (container, link), encoded once and reused."""
+    return _lp(pair[0].encode()) + _lp(pair[1].encode())
+
+
+@lru_cache(maxsize=1024)
+def _layout(subs: tuple[Sub, ...]) -> tuple[bytes, tuple[tuple[Sub, bytes], ...]]:
+    """The subscriber count and the subscribers in key order, each with its encoding: the
+    same for every record of a topic while its subscribers do not change."""
+    order = sorted(subs)
+    return len(order).to_bytes(4, "big"), tuple((sub, _pair(sub)) for sub in order)
+
+
+class _Reader:
+    def __init__(self, raw: bytes, pos: int) -> None:
+        self.raw = raw
+        self.pos = pos
+
+    def u32(self) -> int:
+        end = self.pos + 4
+        if end > len(self.raw):
+            raise ValueError("truncated origin record")
+        n = int.from_bytes(self.raw[self.pos : end], "big")
+        self.pos = end
+        return n
+
+    def byte(self) -> int:
+        if self.pos >= len(self.raw):
+            raise ValueError("truncated origin record")
+        self.pos += 1
+        return self.raw[self.pos - 1]
+
+    def field(self) -> bytes:
+        n = self.u32()
+        end = self.pos + n
+        if end > len(self.raw):
+            raise ValueError("truncated origin record")
+        value = self.raw[self.pos : end]
+        self.pos = end
+        return bytes(value)
+
+    def text(self) -> str:
+        return self.field().decode()
 
 
 @dataclass(slots=True)
@@ -120,10 +205,18 @@ class LocalRecord:
         return self.body is None and not self.settled
 
     def all_accepted(self) -> bool:
-        return bool(self.subs) and all(s >= LocalState.ACCEPTED for s in self.subs.values())
+        if not self.subs:
+            return False
+        for s in self.subs.values():
+            if s < LocalState.ACCEPTED:
+                return False
+        return True
 
     def all_seen(self) -> bool:
-        return all(s == LocalState.SEEN for s in self.subs.values())
+        for s in self.subs.values():
+            if s != LocalState.SEEN:
+                return False
+        return True
 
 
 def encode_sub(sub: Sub) -> bytes:

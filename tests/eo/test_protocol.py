@@ -303,3 +303,24 @@ def test_a_client_that_cannot_resume_sees_settlement_at_once() -> None:
     net.pump()
     assert [s[1] for s in net.take("settle")] == [a1]
     assert net.r["B"].origin_records() == {}  # no settle from the client needed
+
+
+def test_origin_record_encoding_round_trip_and_json_of_older_stores() -> None:
+    from router.eo.records import STATE_V2, OriginRecord
+
+    subs = {("s2", "é"): SubState.SEEN, ("s1", "l"): SubState.ACCEPTED, ("s0", ""): SubState(0)}
+    rec = OriginRecord(b"t" * 32, P, b"\x00tag", b"body", subs, settled=True)
+    raw = rec.encode_state()
+    assert raw[:1] == STATE_V2
+    assert OriginRecord.decode(rec.out_tag, raw, b"body") == rec
+    for cut in (1, 5, len(raw) - 1):
+        with pytest.raises(ValueError):
+            OriginRecord.decode(rec.out_tag, raw[:cut], b"body")
+    with pytest.raises(ValueError):
+        OriginRecord.decode(rec.out_tag, raw + b"\x00", b"body")
+    # what releases before STATE_V2 wrote
+    old = (
+        b'{"pub":["pc","pl"],"tag":"00746167","settled":1,'
+        b'"subs":[["s0","",0],["s1","l",1],["s2","\\u00e9",2]]}'
+    )
+    assert OriginRecord.decode(rec.out_tag, old, b"body") == rec

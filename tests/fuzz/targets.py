@@ -293,6 +293,7 @@ def _topic_router(topic: str) -> Any:
 
 
 def interrouter(data: bytes) -> None:
+    from router.inter_router import eo_envelopes
     from router.mesh import RoutingEngine
 
     try:
@@ -311,26 +312,30 @@ def interrouter(data: bytes) -> None:
             mesh.receive(1, msg, now)
             mesh.tick(now)
             continue
-        # router/guarantee.py: a batch of envelopes {to, from, e, n, m}; m goes to its topic
-        envelopes = msg.get("m")
+        # router/guarantee.py: a batch of envelopes {to, from, e, n, ms} (or m: one message);
+        # each message goes to its topic
+        envelopes = eo_envelopes(msg)  # compact ("b", eo_wire.pxi) or an AMQP list ("m")
         for env in envelopes if isinstance(envelopes, list) else ():
-            inner = env.get("m") if isinstance(env, dict) else None
             src = env.get("from") if isinstance(env, dict) else None
-            if not (isinstance(inner, dict) and isinstance(src, str)):
+            if not isinstance(src, str):
                 continue
-            topic = inner.get("topic")
-            if not isinstance(topic, str):
-                continue
-            tr = topics.get(topic)
-            if tr is None:
-                if len(topics) >= MAX_TOPICS:
+            inners = env.get("ms", [env.get("m")])
+            for inner in inners if isinstance(inners, list) else ():
+                if not isinstance(inner, dict):
                     continue
-                tr = topics[topic] = _topic_router(topic)
-            if (topic, src) not in up:
-                up.add((topic, src))
-                tr.router_up(src, now)
-            tr.receive(src, inner, now)
-            tr.tick(now)
+                topic = inner.get("topic")
+                if not isinstance(topic, str):
+                    continue
+                tr = topics.get(topic)
+                if tr is None:
+                    if len(topics) >= MAX_TOPICS:
+                        continue
+                    tr = topics[topic] = _topic_router(topic)
+                if (topic, src) not in up:
+                    up.add((topic, src))
+                    tr.router_up(src, now)
+                tr.receive(src, inner, now)
+                tr.tick(now)
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
