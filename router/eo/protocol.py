@@ -58,7 +58,9 @@ from router.eo.records import (
     Pub,
     Sub,
     SubState,
+    decode_att,
     decode_sub,
+    encode_att,
     encode_sub,
     sub_list,
 )
@@ -302,7 +304,7 @@ class TopicRouter:
             self._broadcast(msg)
             self._view.remove_claim(att, now)
             if closed:
-                self._close_sub(ls.sub)
+                self._close_sub(ls.sub, att)
         self._flush()
 
     # -- the mesh ----------------------------------------------------------------------------
@@ -324,6 +326,11 @@ class TopicRouter:
                 attached=attached,
                 known=sub_list(self._view.known),
                 closed=sub_list(self._view.closed),
+                # which attachment closed each: a later one re-subscribes (view.py)
+                closed_at=[
+                    [list(sub), att_wire(att) if att is not None else None]
+                    for sub, att in sorted(self._view.closed.items())
+                ],
             ),
         )
         self._flush()
@@ -488,6 +495,9 @@ class TopicRouter:
         return [rec for rec in self._origins.values() if rec.publisher == pub]
 
     def _claim_added(self, claim: Claim) -> None:
+        if self._view.reopen(claim.sub, claim.att):
+            self._del(b"c/" + encode_sub(claim.sub))
+            self._log("info", f"subscriber {claim.sub} subscribes again after it closed")
         if self._view.learn(claim.sub, self._now):
             self._put(b"k/" + encode_sub(claim.sub), b"")
         if self._view.add_claim(claim, self._now):
@@ -495,9 +505,9 @@ class TopicRouter:
                 if claim.sub in rec.subs:
                     self._drive(rec)
 
-    def _close_sub(self, sub: Sub) -> None:
-        if self._view.close(sub):
-            self._put(b"c/" + encode_sub(sub), b"")
+    def _close_sub(self, sub: Sub, att: AttId | None = None) -> None:
+        if self._view.close(sub, att):
+            self._put(b"c/" + encode_sub(sub), b"" if att is None else encode_att(att))
             self._del(b"k/" + encode_sub(sub))
             self._drop_sub_from_records(sub)
 
@@ -565,7 +575,7 @@ class TopicRouter:
         elif op == "UNSUB":
             self._view.remove_claim(att_of(msg["att"]), self._now)
             if msg["closed"]:
-                self._close_sub(sub_of(msg["sub"]))
+                self._close_sub(sub_of(msg["sub"]), att_of(msg["att"]))
         elif op == "SUBS":
             self._on_snapshot(sender, msg)
         elif op == "ASK":
@@ -578,8 +588,13 @@ class TopicRouter:
             self._barrier[sender] = max(self._barrier.get(sender, 0), msg["e"])
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
-        for raw in msg["closed"]:
-            self._close_sub(sub_of(raw))
+        closed_at = msg.get("closed_at")
+        if isinstance(closed_at, list):
+            for raw_sub, raw_att in closed_at:
+                self._close_sub(sub_of(raw_sub), None if raw_att is None else att_of(raw_att))
+        else:  # a router that does not say which attachment closed
+            for raw in msg["closed"]:
+                self._close_sub(sub_of(raw))
         for raw in msg["known"]:
             sub = sub_of(raw)
             if self._view.learn(sub, self._now):
@@ -723,8 +738,8 @@ class TopicRouter:
     def _recover(self) -> None:
         # Both modes keep the subscriber view: a restarted router must still owe new
         # deliveries to subscribers that are in limbo or whose router it has not heard yet.
-        for key, _ in self._store.scan(b"c/"):
-            self._view.close(decode_sub(key[2:]))
+        for key, value in self._store.scan(b"c/"):
+            self._view.close(decode_sub(key[2:]), decode_att(value) if value else None)
         for key, _ in self._store.scan(b"k/"):
             self._view.learn(decode_sub(key[2:]), self._now)
         if not self.eo:

@@ -135,5 +135,14 @@ def decode_sub(raw: bytes) -> Sub:
     return (c, link)
 
 
+def encode_att(att: AttId) -> bytes:
+    return json.dumps(list(att), separators=(",", ":")).encode()
+
+
+def decode_att(raw: bytes) -> AttId:
+    router, instance, n = json.loads(raw)
+    return (str(router), int(instance), int(n))
+
+
 def sub_list(subs: Iterable[Sub]) -> list[list[str]]:
     return [list(s) for s in sorted(subs)]

@@ -273,3 +273,55 @@ def test_a_client_that_cannot_resume_sees_settlement_at_once() -> None:
     net.pump()
     assert [s[1] for s in net.take("settle")] == [a1]
     assert net.r["B"].origin_records() == {}  # no settle from the client needed
+
+
+def test_closed_subscriber_attaching_again_is_a_new_subscription() -> None:
+    """Issue 15 (a): closing ends the terminus (§2.6.6), not the identity: a new attach with
+    the same container-id and link name is owed new deliveries, and publishers wait for it."""
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    net.pump()
+    assert S1 in net.r["B"].view.closed
+    b1 = net.r["B"].subscriber_attached(S1, [], 2.0)  # elsewhere, same identity
+    net.pump()
+    for n in "AB":
+        assert S1 in net.r[n].view.known and S1 not in net.r[n].view.closed
+        assert not any(k.startswith(b"c/") for k in net.stores[n].data)
+    net.r["A"].publisher_attached(P, [], 3.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m1", 3.0)
+    net.pump()
+    t = outgoing_tag(*P, b"t1")
+    assert [(d[1], d[2]) for d in net.take("deliver")] == [(b1, t)]
+    assert net.take("accept") == []  # the publisher waits for the new subscription
+    net.r["B"].subscriber_accepted(b1, t, 3.0)
+    net.pump()
+    assert net.take("accept") == [("accept", P, b"t1")]
+    # a restart keeps it subscribed
+    assert S1 in net.start("A", 2).view.known
+
+
+def test_late_close_of_an_old_attachment_does_not_end_the_new_subscription() -> None:
+    # C hears S1's new attach at B before the close of its old one at A (different channels)
+    net = Net("ABC")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    b1 = net.r["B"].subscriber_attached(S1, [], 1.0)
+    late = [w for w in net.wire if w[0] == "A"]
+    net.wire = type(net.wire)(w for w in net.wire if w[0] != "A")
+    net.pump()
+    net.wire.extend(late)
+    net.pump()
+    for n in "ABC":
+        assert net.r[n].view.claims_of(S1)[0].att == b1, n
+        assert S1 in net.r[n].view.known, n
+    # closed again: a very late SUB of the first attachment is followed, on the same FIFO
+    # channel, by its UNSUB: the subscriber ends up closed
+    net.r["B"].subscriber_detached(b1, True, 2.0)
+    net.pump()
+    assert S1 not in net.r["C"].view.known
+    net.r["C"].receive("A", make("SUB", "", att=list(a1), sub=list(S1), map=[]), 3.0)
+    net.r["C"].receive("A", make("UNSUB", "", att=list(a1), sub=list(S1), closed=1), 3.0)
+    assert S1 not in net.r["C"].view.known and S1 in net.r["C"].view.closed
