@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
+from router.eo.messages import make
 from router.journal import origin_id
 from router.link_registry import AttachError
 from router.store_health import check_injected
@@ -59,6 +60,7 @@ ACCEPTED_STATE = Described(ULong(ACCEPTED), [])
 PUBLISHER_WINDOW = 500  # unaccepted deliveries a publisher may have in flight per link
 TICK = 0.25  # seconds between TopicRouter ticks (PING barrier, ASK, timeouts)
 TOPIC_MARK = b"eot/"
+MAX_MISMATCHES = 1024  # (router, topic) mismatches remembered, to log each once
 GUARANTEES_FILE = "guarantees.json"  # in the journal directory: what the audit verifies  # store: one key per topic with records, to find them at start
 
 
@@ -179,6 +181,8 @@ class Guarantees:
         self.journal = False  # the delivery journal is on (router/server.py)
         self.dropped = 0  # envelopes from another router that were malformed
         self.journal_dir: str | None = None
+        # (router, topic) it runs with a guarantee we lack: logged once each (bounded)
+        self.mismatches: set[tuple[str, str]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -628,6 +632,21 @@ class Guarantees:
         for envelope in envelopes:
             self.receive(envelope)
 
+    def _lacking(self, src: str, topic: str, op: Any) -> None:
+        """`src` runs the protocol for a topic we have no guarantee for (a configuration
+        mismatch, issue 15 b): answer its PINGs with LACKING, so that its barrier stops
+        waiting for us and it reports the mismatch; no state is made for the topic here."""
+        if (src, topic) not in self.mismatches and len(self.mismatches) < MAX_MISMATCHES:
+            self.mismatches.add((src, topic))
+            log.error(
+                "router %r runs topic %r with a guarantee, which this router does not have: "
+                "configure the same address entry on every router",
+                src,
+                topic,
+            )
+        if op == "PING":
+            self._out_to_router(src, make("LACKING", topic))
+
     def receive(self, envelope: Any) -> None:
         """An envelope from the control link: ours, or to pass on toward its router."""
         if not isinstance(envelope, dict):
@@ -666,7 +685,7 @@ class Guarantees:
             return
         name = message["topic"]
         if self.guarantee_of(name) is None and name not in self.topics:
-            log.warning("router %r speaks of %r, which has no guarantee here", src, name)
+            self._lacking(src, name, message.get("op"))
             return
         t = self.topic(name)
         assert t is not None

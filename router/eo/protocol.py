@@ -134,6 +134,10 @@ class TopicRouter:
         self._peers: set[str] = set()
         self._epoch = 0
         self._barrier: dict[str, int] = {}  # peer -> everything it sent before our PING(e) is in
+        # peers that answered LACKING: no guarantee for this topic there, so no FWD of theirs
+        # can be in flight and the barrier does not wait for them (issue 15 b)
+        self._lacking: set[str] = set()
+        self._told_lacking: set[str] = set()  # logged once each
         self._next_ask = now
         self._loopback: deque[Wire] = deque()
         self._puts: dict[bytes, bytes] = {}
@@ -314,6 +318,7 @@ class TopicRouter:
         self._now = now
         self._up.add(peer)
         self._peers.add(peer)
+        self._lacking.discard(peer)  # it may carry the topic now: its next answer tells
         attached = [
             [att_wire(ls.att), list(ls.sub), map_wire(ls.attach_map)] for ls in self._subs.values()
         ]
@@ -367,7 +372,7 @@ class TopicRouter:
         self._now = now
         if self.eo:
             self._epoch += 1
-            for peer in sorted(self._up):
+            for peer in sorted(self._up - self._lacking):
                 self._to_router(peer, make("PING", self.topic, e=self._epoch))
             if now >= self._next_ask:
                 self._next_ask = now + self.ask_interval
@@ -411,6 +416,10 @@ class TopicRouter:
 
     def attached_publishers(self) -> list[Pub]:
         return sorted(self._pubs)
+
+    def lacking_routers(self) -> list[str]:
+        """Routers reachable now that do not carry this topic's guarantee (LACKING)."""
+        return sorted(self._lacking & self._up)
 
     # -- the driver side ---------------------------------------------------------------------
 
@@ -556,7 +565,10 @@ class TopicRouter:
             del self._locals[rec.out_tag]
 
     def _barrier_passed(self, epoch: int) -> bool:
-        return all(p not in self._up or self._barrier.get(p, 0) > epoch for p in self._peers)
+        return all(
+            p not in self._up or p in self._lacking or self._barrier.get(p, 0) > epoch
+            for p in self._peers
+        )
 
     # -- inter-router messages ---------------------------------------------------------------
 
@@ -586,6 +598,21 @@ class TopicRouter:
             self._to_router(sender, make("PONG", self.topic, e=msg["e"]))
         elif op == "PONG":
             self._barrier[sender] = max(self._barrier.get(sender, 0), msg["e"])
+        elif op == "LACKING":
+            self._on_lacking(sender)
+
+    def _on_lacking(self, sender: str) -> None:
+        """`sender` has no guarantee for this topic (a configuration mismatch): it holds no
+        subscriber and sends no FWD, so the barrier stops waiting for it (until the channel
+        re-synchronises: `router_up`). Logged once per peer."""
+        if sender in self._lacking:
+            return
+        self._lacking.add(sender)
+        if sender not in self._told_lacking:
+            self._told_lacking.add(sender)
+            self._log("error", f"router {sender} has no guarantee for this topic: configure it")
+        for rec in [r for r in self._locals.values() if r.settled]:
+            self._maybe_drop_local(rec)
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
         closed_at = msg.get("closed_at")

@@ -325,3 +325,46 @@ def test_late_close_of_an_old_attachment_does_not_end_the_new_subscription() -> 
     net.r["C"].receive("A", make("SUB", "", att=list(a1), sub=list(S1), map=[]), 3.0)
     net.r["C"].receive("A", make("UNSUB", "", att=list(a1), sub=list(S1), closed=1), 3.0)
     assert S1 not in net.r["C"].view.known and S1 in net.r["C"].view.closed
+
+
+def test_a_peer_lacking_the_guarantee_does_not_hold_tombstones() -> None:
+    """Issue 15 (b): C has no guarantee for the topic and answers PING with LACKING (the
+    embedding does, router/guarantee.py); A and B stop waiting for its PONG, log it once,
+    and report it."""
+    net = Net("AB")
+    for n in "AB":
+        net.r[n].router_up("C", 0.0)
+    net.wire.clear()  # the SUBS snapshots to C: nobody there to read them
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.r["B"].publisher_attached(P, [], 0.0)
+
+    def pump(now: float) -> None:
+        while net.wire:
+            src, dst, msg = net.wire.popleft()
+            if dst != "C":
+                net.r[dst].receive(src, msg, now)
+            elif msg["op"] == "PING":
+                net.r[src].receive("C", make("LACKING", ""), now)
+
+    pump(0.0)
+    for i in range(3):
+        t = outgoing_tag(*P, b"t%d" % i)
+        net.r["B"].publisher_transfer(P, b"t%d" % i, b"m", 0.0)
+        pump(0.0)
+        net.r["A"].subscriber_accepted(a1, t, 0.0)
+        pump(0.0)
+        net.r["B"].publisher_settled(P, b"t%d" % i, 0.0)
+        pump(0.0)
+        net.r["A"].subscriber_settled(a1, t, 0.0)
+        pump(0.0)
+    for now in (1.0, 2.0, 3.0):
+        for n in "AB":
+            net.r[n].tick(now)
+        pump(now)
+    assert net.r["A"].local_records() == {} and net.r["B"].origin_records() == {}
+    assert [net.r[n].lacking_routers() for n in "AB"] == [["C"], ["C"]]
+    assert [m for _, m in net.logs].count(
+        "A/: router C has no guarantee for this topic: configure it"
+    ) == 1
+    pings = [w for w in net.wire if w[1] == "C"]
+    assert pings == []  # no more PINGs to it
