@@ -183,6 +183,8 @@ class Guarantees:
         self.journal_dir: str | None = None
         # (router, topic) it runs with a guarantee we lack: logged once each (bounded)
         self.mismatches: set[tuple[str, str]] = set()
+        self.idle_since: dict[str, float] = {}  # topic -> idle (TopicRouter.idle) since
+        self.next_att = 0  # the attachment counter of dropped topics, to continue from
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -209,6 +211,19 @@ class Guarantees:
             now = self.now()
             for topic in list(self.topics.values()):
                 topic.tick(now)
+            self._drop_idle(now)
+
+    def _drop_idle(self, now: float) -> None:
+        """Forget topics idle for guarantee_timeout (`TopicRouter.idle`): every distinct
+        topic ever named would otherwise keep a state machine for the life of the router
+        (issue 15 c). A message or a link about it makes it again, from the store."""
+        for name, t in list(self.topics.items()):
+            if not t.idle():
+                self.idle_since.pop(name, None)
+            elif now - self.idle_since.setdefault(name, now) >= self.timeout:
+                del self.topics[name], self.ports[name], self.idle_since[name]
+                self.next_att = max(self.next_att, t.next_att)
+                log.info("guaranteed topic %r idle: dropped", name)
 
     def now(self) -> float:
         return self.loop.time() if self.loop is not None else time.monotonic()
@@ -231,6 +246,7 @@ class Guarantees:
             mode=mode,
             terminus_timeout=self.timeout,
             now=self.now(),
+            first_att=self.next_att,  # attachment ids stay unique if it was dropped before
         )
         self.topics[name] = t
         self.ports[name] = port
@@ -247,8 +263,14 @@ class Guarantees:
             return
         path = os.path.join(self.journal_dir, GUARANTEES_FILE)
         try:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    noted = dict(json.load(f))  # and the topics dropped since (idle)
+            except (OSError, ValueError, TypeError):
+                noted = {}
+            noted.update({name: t.mode for name, t in self.topics.items()})
             with open(path, "w", encoding="utf-8") as f:
-                json.dump({name: t.mode for name, t in sorted(self.topics.items())}, f, indent=2)
+                json.dump(dict(sorted(noted.items())), f, indent=2)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
@@ -686,6 +708,12 @@ class Guarantees:
         name = message["topic"]
         if self.guarantee_of(name) is None and name not in self.topics:
             self._lacking(src, name, message.get("op"))
+            return
+        if name not in self.topics and message.get("op") in ("PING", "PONG"):
+            # nothing here about the topic (dropped idle, or never made): everything we sent
+            # on this channel before has arrived, so PONG at once; no state made for it
+            if message.get("op") == "PING" and isinstance(message.get("e"), int):
+                self._out_to_router(src, make("PONG", name, e=message["e"]))
             return
         t = self.topic(name)
         assert t is not None

@@ -81,7 +81,9 @@ _HAS_IT = (LocalState.HELD, LocalState.DELIVERED, LocalState.ACCEPTED)
 @dataclass(slots=True)
 class _PubLink:
     attach_map: dict[bytes, bool]  # tag -> accepted, as the publisher reported on attach
-    sent: set[bytes]  # tags transferred on this attachment
+    # tags of attach_map transferred (again) on this attachment: only those, so that the set is
+    # bounded by the map and not by everything the link ever sent (issue 15 c)
+    sent: set[bytes]
 
 
 @dataclass(slots=True)
@@ -107,6 +109,7 @@ class TopicRouter:
         ask_interval: float = 1.0,
         now: float = 0.0,
         unsafe: Iterable[str] = (),
+        first_att: int = 0,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
@@ -129,7 +132,7 @@ class TopicRouter:
         self._pubs: dict[Pub, _PubLink] = {}
         self._pub_gone: dict[Pub, float] = {}  # publishers with records here, link gone since
         self._subs: dict[AttId, _LocalSub] = {}
-        self._next_att = 0
+        self._next_att = first_att  # a topic made again in the same run continues its count
         self._up: set[str] = set()
         self._peers: set[str] = set()
         self._epoch = 0
@@ -181,7 +184,8 @@ class TopicRouter:
             self._log("warning", f"transfer from {pub} which is not attached, dropped")
             self._flush()
             return
-        link.sent.add(tag)
+        if tag in link.attach_map:
+            link.sent.add(tag)  # only _on_ask reads it, for tags of the attach map
         out_tag = self._tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
@@ -372,8 +376,10 @@ class TopicRouter:
         self._now = now
         if self.eo:
             self._epoch += 1
-            for peer in sorted(self._up - self._lacking):
-                self._to_router(peer, make("PING", self.topic, e=self._epoch))
+            # the barrier is only for tombstones: with none waiting, no PING (issue 15 c)
+            if any(r.settled for r in self._locals.values()):
+                for peer in sorted(self._up - self._lacking):
+                    self._to_router(peer, make("PING", self.topic, e=self._epoch))
             if now >= self._next_ask:
                 self._next_ask = now + self.ask_interval
                 self._ask()
@@ -416,6 +422,24 @@ class TopicRouter:
 
     def attached_publishers(self) -> list[Pub]:
         return sorted(self._pubs)
+
+    @property
+    def next_att(self) -> int:
+        return self._next_att
+
+    def idle(self) -> bool:
+        """Nothing here for anyone: no link, no subscriber known or claimed anywhere, no
+        record, no publisher awaited. The embedding may then drop this state machine (issue
+        15 c); made again, it recovers the same from the store (the closed subscribers)."""
+        return not (
+            self._pubs
+            or self._subs
+            or self._origins
+            or self._locals
+            or self._pub_gone
+            or self._view.known
+            or self._view.claims
+        )
 
     def lacking_routers(self) -> list[str]:
         """Routers reachable now that do not carry this topic's guarantee (LACKING)."""

@@ -362,9 +362,43 @@ def test_a_peer_lacking_the_guarantee_does_not_hold_tombstones() -> None:
             net.r[n].tick(now)
         pump(now)
     assert net.r["A"].local_records() == {} and net.r["B"].origin_records() == {}
-    assert [net.r[n].lacking_routers() for n in "AB"] == [["C"], ["C"]]
+    # A had tombstones waiting for the barrier, so it pinged C and learned; B had none
+    assert [net.r[n].lacking_routers() for n in "AB"] == [["C"], []]
     assert [m for _, m in net.logs].count(
         "A/: router C has no guarantee for this topic: configure it"
     ) == 1
     pings = [w for w in net.wire if w[1] == "C"]
     assert pings == []  # no more PINGs to it
+
+
+def test_publisher_link_keeps_only_the_tags_of_its_attach_map() -> None:
+    """Issue 15 (c): the tags a publisher sent are kept only where ASK answers need them
+    (tags of its attach map), not for every message of the attachment."""
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].publisher_attached(P, [(b"old", False)], 0.0)
+    for i in range(100):
+        t = b"t%d" % i
+        net.r["A"].publisher_transfer(P, t, b"m", 0.0)
+        net.r["A"].subscriber_accepted(a1, outgoing_tag(*P, t), 0.0)
+        net.r["A"].publisher_settled(P, t, 0.0)
+    net.r["A"].publisher_transfer(P, b"old", b"m", 0.0)
+    assert net.r["A"]._pubs[P].sent == {b"old"}
+
+
+def test_no_ping_without_tombstones_and_idle_topic() -> None:
+    net = Net("AB")
+    assert net.r["A"].idle()
+    net.r["A"].tick(1.0)
+    assert net.wire == deque()  # nothing waits for a barrier: no PING
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    assert not net.r["A"].idle() and not net.r["B"].idle()  # B knows S1
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    net.pump()
+    assert net.r["A"].idle() and net.r["B"].idle()
+    assert net.r["A"].new_attachment_id() == ("A", 1, 2)
+    again = TopicRouter("A", Port(net, "A"), net.stores["A"], instance=1, first_att=2)
+    assert again.new_attachment_id() == ("A", 1, 3)  # made again: ids stay unique
+    assert S1 in again.view.closed

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from proton import Delivery, Message
+from proton.utils import BlockingConnection
+
 from router.client import Client
 from router.client import Message as ClientMessage
 from tests.client.conftest import run
@@ -22,6 +25,7 @@ from tests.guarantee.common import (
     wait_subscribers_known,
     wait_until,
 )
+from tests.harness import retry
 
 
 def test_closed_subscriber_attaching_again_gets_messages_and_is_waited_for(router: Any) -> None:
@@ -93,3 +97,28 @@ def test_router_without_the_guarantee_is_reported_and_frees_no_one(router: Any) 
             await c.close()
 
     run(scenario(), timeout=120)
+
+
+def test_idle_topics_are_dropped(router: Any) -> None:
+    """Issue 15 (c): every distinct topic a publisher names made a state machine that
+    stayed (and pinged) for the life of the router. One with no link, subscriber or record
+    left goes after guarantee_timeout, and comes back when named again."""
+    r = router(addresses={TOPIC: "multicast,exactly-once"}, config={"guarantee_timeout": 1.0})
+    names = [f"{TOPIC}.t{i}" for i in range(20)]
+    conn = BlockingConnection(r.url, timeout=10)
+    for name in names:
+        sender = conn.create_sender(name)
+        assert sender.send(Message(body="x")).remote_state == Delivery.ACCEPTED
+        sender.close()
+    receiver = conn.create_receiver(f"{TOPIC}.kept", credit=1)
+    assert len(topic_rows(r.url)) >= 2
+    retry(
+        lambda: [row["name"] for row in topic_rows(r.url)] == [f"{TOPIC}.kept"],
+        timeout=15,
+        message=lambda: f"topics: {[row['name'] for row in topic_rows(r.url)]}",
+    )
+    receiver.close()
+    sender = conn.create_sender(names[0])  # named again: made again
+    assert sender.send(Message(body="y")).remote_state == Delivery.ACCEPTED
+    assert names[0] in [row["name"] for row in topic_rows(r.url)]
+    conn.close()
