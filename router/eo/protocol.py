@@ -166,7 +166,7 @@ class TopicRouter:
         resend = [
             tag
             for tag, accepted in link.attach_map.items()
-            if not accepted and self._tag(pub, tag) not in self._origins
+            if not accepted and self._body_missing(self._tag(pub, tag))
         ]
         if resend:
             self._emit("resend", pub, resend)
@@ -197,6 +197,9 @@ class TopicRouter:
             self._log("warning", f"{pub} reused settled tag {tag!r}: ignored")
             self._flush()
             return
+        elif rec.body is None:
+            rec.body = bytes(body)  # the resend of a record recovered without its body
+            self._save_origin(rec, body=True)
         self._drive(rec)
         self._check_accept(rec)
         self._flush()
@@ -462,8 +465,8 @@ class TopicRouter:
                     if att not in rec.settle_sent:
                         rec.settle_sent.add(att)
                         settle.setdefault(att[0], []).append(att)
-                elif state != SubState.PENDING:
-                    continue
+                elif state != SubState.PENDING or rec.body is None:
+                    continue  # (no body: recovered without it, the publisher resends it)
                 elif driving:
                     if att not in rec.forwarded:
                         rec.forwarded.add(att)
@@ -777,7 +780,7 @@ class TopicRouter:
     def _save_origin(self, rec: OriginRecord, body: bool = False) -> None:
         if self.eo:
             self._put(b"o/" + rec.out_tag, rec.encode_state())
-            if body:
+            if body and rec.body is not None:
                 self._put(b"m/" + rec.out_tag, rec.body)
 
     def _delete_origin(self, rec: OriginRecord) -> None:
@@ -785,6 +788,10 @@ class TopicRouter:
         if self.eo:
             self._del(b"o/" + rec.out_tag)
             self._del(b"m/" + rec.out_tag)
+
+    def _body_missing(self, out_tag: bytes) -> bool:
+        rec = self._origins.get(out_tag)
+        return rec is None or rec.body is None
 
     def _recover(self) -> None:
         # Both modes keep the subscriber view: a restarted router must still owe new
@@ -798,7 +805,12 @@ class TopicRouter:
         bodies = {key[2:]: value for key, value in self._store.scan(b"m/")}
         for key, value in self._store.scan(b"o/"):
             out_tag = key[2:]
-            rec = OriginRecord.decode(out_tag, value, bodies.get(out_tag, b""))
+            # never an empty body in place of a missing one (issue 15 d): a record without
+            # its message forwards nothing; its publisher is asked to resend it
+            body = bodies.get(out_tag)
+            if body is None:
+                self._log("error", f"record {out_tag.hex()[:16]} has no message body in the store")
+            rec = OriginRecord.decode(out_tag, value, body)
             self._origins[out_tag] = rec
             if not rec.settled:
                 self._pub_gone[rec.publisher] = self._now

@@ -54,7 +54,7 @@ class OriginRecord:
     out_tag: bytes
     publisher: Pub
     tag: bytes
-    body: bytes
+    body: bytes | None  # None: recovered from a store that lacked it (never sent empty)
     subs: dict[Sub, SubState]
     settled: bool = False  # the publisher settled (or forgot) the delivery
     # Not persisted: what has been sent in the current connection incarnations.
@@ -90,7 +90,7 @@ class OriginRecord:
         ).encode()
 
     @classmethod
-    def decode(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+    def decode(cls, out_tag: bytes, state: bytes, body: bytes | None) -> OriginRecord:
         d = json.loads(state)
         subs = {(c, link): SubState(s) for c, link, s in d["subs"]}
         return cls(

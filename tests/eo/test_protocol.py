@@ -402,3 +402,35 @@ def test_no_ping_without_tombstones_and_idle_topic() -> None:
     again = TopicRouter("A", Port(net, "A"), net.stores["A"], instance=1, first_att=2)
     assert again.new_attachment_id() == ("A", 1, 3)  # made again: ids stay unique
     assert S1 in again.view.closed
+
+
+def test_a_record_recovered_without_its_body_is_never_delivered_empty() -> None:
+    """Issue 15 (d): a store that holds a record's state but not its message (written by a
+    failed or older commit) must not make an empty delivery: the record forwards nothing
+    until its publisher resends the message."""
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    t = outgoing_tag(*P, b"t1")
+    net.wire.clear()  # B crashes before its FWD left
+    net.r["A"].subscriber_detached(a1, False, 0.5)
+    del net.stores["B"].data[b"m/" + t]
+    b = net.start("B", 2)
+    assert b.origin_records()[t].body is None
+    net.out.clear()
+    # the subscriber resumes at A reporting t unprocessed: a placeholder nobody may fill empty
+    net.r["A"].router_down("B", 1.0)
+    a2 = net.r["A"].subscriber_attached(S1, [(t, False)], 1.0)
+    net.r["A"].router_up("B", 1.0)
+    b.router_up("A", 1.0)
+    net.pump()
+    assert any(lvl == "error" and "no message body" in m for lvl, m in net.logs)
+    assert net.take("deliver") == []
+    b.publisher_attached(P, [(b"t1", False)], 2.0)
+    assert net.take("resend") == [("resend", P, [b"t1"])]
+    b.publisher_transfer(P, b"t1", b"m1", 2.0)
+    net.pump()
+    assert [(d[1], d[3]) for d in net.take("deliver")] == [(a2, b"m1")]
+    assert net.stores["B"].data[b"m/" + t] == b"m1"
