@@ -31,7 +31,10 @@ class SubscriberView:
         self.known: dict[Sub, float | None] = {}  # sub -> in limbo since (None: claimed)
         # sub -> the attachment whose close=true ended it (None: not known, an older store)
         self.closed: dict[Sub, AttId | None] = {}
-        self.last_att: dict[Sub, AttId] = {}  # the latest claim added here, per subscriber
+        # the latest claim added here, per subscriber (memory only: after a restart, claims
+        # come back with the peers' snapshots, and a close of an attachment no live claim
+        # contradicts closes; a claim of another attachment re-opens)
+        self.last_att: dict[Sub, AttId] = {}
         self.claims: dict[AttId, Claim] = {}
         self._by_sub: dict[Sub, set[AttId]] = {}
 
@@ -94,7 +97,10 @@ class SubscriberView:
         if att is not None:
             others = self._by_sub.get(sub, set()) - {att}
             if others or self.last_att.get(sub, att) != att:
+                # a later attachment claimed it (or claims do now): a new subscription
                 self.remove_claim(att, 0.0)
+                if others and self.last_att.get(sub) == att:
+                    self.last_att[sub] = max(others)
                 return False
         self.closed[sub] = att
         self.last_att.pop(sub, None)
