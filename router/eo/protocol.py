@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.eo.messages import (
@@ -81,9 +81,13 @@ _HAS_IT = (LocalState.HELD, LocalState.DELIVERED, LocalState.ACCEPTED)
 @dataclass(slots=True)
 class _PubLink:
     attach_map: dict[bytes, bool]  # tag -> accepted, as the publisher reported on attach
-    # tags of attach_map transferred (again) on this attachment: only those, so that the set is
-    # bounded by the map and not by everything the link ever sent (issue 15 c)
-    sent: set[bytes]
+    # tags of the attach map we asked the publisher to resend and it has not yet: bounded by
+    # the map, not by everything the link ever sent (issue 15 c); "live" to an ASK (they
+    # will be driven here), while a tag of the map we had a record of is answered from the
+    # record, or "settled" once it is gone (issue 15 f)
+    awaiting: set[bytes]
+    # tag -> subscribers an ex-driver owed it to (ASK `owed`), for the record its resend makes
+    owed: dict[bytes, dict[Sub, SubState]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -169,6 +173,7 @@ class TopicRouter:
             if not accepted and self._body_missing(self._tag(pub, tag))
         ]
         if resend:
+            link.awaiting.update(resend)
             self._emit("resend", pub, resend)
         for rec in self._records_of(pub):
             if not rec.settled:
@@ -184,14 +189,14 @@ class TopicRouter:
             self._log("warning", f"transfer from {pub} which is not attached, dropped")
             self._flush()
             return
-        if tag in link.attach_map:
-            link.sent.add(tag)  # only _on_ask reads it, for tags of the attach map
+        link.awaiting.discard(tag)
         out_tag = self._tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
             subs = {sub: SubState.PENDING for sub in self._view.subscribers()}
             rec = OriginRecord(out_tag, pub, bytes(tag), bytes(body), subs)
             self._origins[out_tag] = rec
+            self._merge_owed(rec, link.owed.pop(tag, {}))
             self._save_origin(rec, body=True)
         elif rec.settled:
             self._log("warning", f"{pub} reused settled tag {tag!r}: ignored")
@@ -525,7 +530,28 @@ class TopicRouter:
             if not rec.settled and rec.publisher not in self._pubs:
                 orphans.setdefault(rec.publisher, []).append(rec.tag)
         for pub, tags in sorted(orphans.items()):
-            self._broadcast(make("ASK", self.topic, pub=list(pub), tags=tags))
+            # with whom each is still owed to: the router that answers "live" drives it from
+            # then on and must not drop a subscriber only we knew (issue 15 f)
+            owed = [
+                [
+                    tag,
+                    [[*sub, int(st)] for sub, st in sorted(rec.subs.items()) if st < SubState.SEEN],
+                ]
+                for tag in tags
+                for rec in [self._origins[self._tag(pub, tag)]]
+            ]
+            self._broadcast(make("ASK", self.topic, pub=list(pub), tags=tags, owed=owed))
+
+    def _merge_owed(self, rec: OriginRecord, owed: dict[Sub, SubState]) -> None:
+        """Add the subscribers an ex-driver owed `rec` to that it does not list yet."""
+        changed = False
+        for sub, state in owed.items():
+            if sub not in rec.subs and sub not in self._view.closed:
+                rec.subs[sub] = state
+                changed = True
+        if changed and not rec.settled:
+            self._save_origin(rec)
+            self._drive(rec)
 
     def _records_of(self, pub: Pub) -> list[OriginRecord]:
         return [rec for rec in self._origins.values() if rec.publisher == pub]
@@ -748,12 +774,17 @@ class TopicRouter:
             return  # only the router holding the publisher's link answers
         settled: list[bytes] = []
         live: list[bytes] = []
+        owed = _owed_of(msg.get("owed"))
         for tag in msg["tags"]:
             rec = self._origins.get(self._tag(pub, tag))
             if rec is not None:
                 (settled if rec.settled else live).append(tag)
-            elif link.attach_map.get(tag) is False and tag not in link.sent:
+                if not rec.settled:
+                    self._merge_owed(rec, owed.get(tag, {}))
+            elif tag in link.awaiting:
                 live.append(tag)  # we asked the publisher to resend it
+                if tag in owed:
+                    link.owed[tag] = owed[tag]
             else:
                 settled.append(tag)  # it was sent before the attach and not in its map
         answer = make("ANSWER", self.topic, pub=list(pub), settled=settled, live=live)
@@ -850,3 +881,27 @@ class TopicRouter:
         sends, self._sends = self._sends, []
         for method, args in sends:
             getattr(self._port, method)(*args)
+
+
+def _owed_of(value: Any) -> dict[bytes, dict[Sub, SubState]]:
+    """ASK's optional `owed`: [[tag, [[container, link, state], ...]], ...] (hostile input:
+    anything malformed is left out)."""
+    out: dict[bytes, dict[Sub, SubState]] = {}
+    if not isinstance(value, list):
+        return out
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], bytes)):
+            continue
+        subs: dict[Sub, SubState] = {}
+        for item in entry[1] if isinstance(entry[1], list) else ():
+            if (
+                isinstance(item, list)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and isinstance(item[1], str)
+                and item[2] in (SubState.PENDING, SubState.ACCEPTED)
+                and not isinstance(item[2], bool)
+            ):
+                subs[(item[0], item[1])] = SubState(item[2])
+        out[entry[0]] = subs
+    return out

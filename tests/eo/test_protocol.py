@@ -383,8 +383,9 @@ def test_publisher_link_keeps_only_the_tags_of_its_attach_map() -> None:
         net.r["A"].publisher_transfer(P, t, b"m", 0.0)
         net.r["A"].subscriber_accepted(a1, outgoing_tag(*P, t), 0.0)
         net.r["A"].publisher_settled(P, t, 0.0)
+    assert net.r["A"]._pubs[P].awaiting == {b"old"}  # asked to resend it
     net.r["A"].publisher_transfer(P, b"old", b"m", 0.0)
-    assert net.r["A"]._pubs[P].sent == {b"old"}
+    assert net.r["A"]._pubs[P].awaiting == set()
 
 
 def test_no_ping_without_tombstones_and_idle_topic() -> None:
@@ -434,3 +435,39 @@ def test_a_record_recovered_without_its_body_is_never_delivered_empty() -> None:
     net.pump()
     assert [(d[1], d[3]) for d in net.take("deliver")] == [(a2, b"m1")]
     assert net.stores["B"].data[b"m/" + t] == b"m1"
+
+
+def test_ask_after_the_driver_finished_a_record_is_answered_settled() -> None:
+    """Issue 15 (f): the driver held a record of a tag in the publisher's attach map (so it
+    never asked for a resend), finished it and dropped it; an ex-driver asking then was told
+    "live" and forgot its own record, leaving subscribers only it knew with a delivery
+    nobody would ever settle. It is "settled" now."""
+    net = Net("AB")
+    net.r["A"].publisher_attached(P, [], 0.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m", 0.0)
+    a = net.start("A", 2)  # restarted: the record is back; the publisher returns with t1
+    a.router_up("B", 0.0)
+    a.publisher_attached(P, [(b"t1", False)], 0.0)
+    assert net.take("resend") == []  # it has the record: no resend
+    a.publisher_settled(P, b"t1", 0.0)
+    assert a.origin_records() == {}
+    net.wire.clear()
+    a.receive("B", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[]), 0.0)
+    answer = [m for _, dst, m in net.wire if dst == "B" and m["op"] == "ANSWER"]
+    assert [(a["live"], a["settled"]) for a in answer] == [([], [b"t1"])]
+
+
+def test_driver_takes_over_the_subscribers_an_ex_driver_owed() -> None:
+    """Issue 15 (f): an ex-driver's record may owe a delivery to a subscriber the driver's
+    record lacks (it subscribed in between); ASK carries them (`owed`) and the driver adds
+    them before it answers "live", so the settlement reaches that subscriber too."""
+    net = Net("AB")
+    t = outgoing_tag(*P, b"t1")
+    net.r["A"].publisher_attached(P, [], 0.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m", 0.0)  # nobody subscribed: no one owed
+    assert net.r["A"].origin_records()[t].subs == {}
+    ask = make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"t1", [[*S1, 1]]]])
+    net.r["A"].receive("B", ask, 0.0)
+    assert net.r["A"].origin_records()[t].subs == {S1: SubState.ACCEPTED}
+    net.r["A"].receive("B", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"x", 7], 3]), 0.0)
+    assert net.r["A"].origin_records()[t].subs == {S1: SubState.ACCEPTED}  # junk ignored
