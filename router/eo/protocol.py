@@ -521,7 +521,11 @@ class TopicRouter:
             self._maybe_drop_origin(rec)
 
     def _maybe_drop_origin(self, rec: OriginRecord) -> None:
-        if rec.done() and self._origins.get(rec.out_tag) is rec:
+        closed = self._view.closed
+        done = rec.done() or (
+            rec.settled and all(s == SubState.SEEN or sub in closed for sub, s in rec.subs.items())
+        )  # a closed subscriber an ex-driver handed over (_merge_owed) is owed nothing more
+        if done and self._origins.get(rec.out_tag) is rec:
             self._delete_origin(rec)
 
     def _ask(self) -> None:
@@ -546,7 +550,10 @@ class TopicRouter:
         """Add the subscribers an ex-driver owed `rec` to that it does not list yet."""
         changed = False
         for sub, state in owed.items():
-            if sub not in rec.subs and sub not in self._view.closed:
+            # closed here, it may have subscribed again (the claim that re-opens it is on its
+            # way): one that accepted is kept, as it blocks nothing; it counts as done if it
+            # is still closed when the record is settled
+            if sub not in rec.subs and (sub not in self._view.closed or state != SubState.PENDING):
                 rec.subs[sub] = state
                 changed = True
         if changed and not rec.settled:
@@ -563,6 +570,9 @@ class TopicRouter:
         if self._view.learn(claim.sub, self._now):
             self._put(b"k/" + encode_sub(claim.sub), b"")
         if self._view.add_claim(claim, self._now):
+            # its latest attachment seen here, kept across a restart: a late close of
+            # another one must not end this subscription (view.close)
+            self._put(b"k/" + encode_sub(claim.sub), encode_att(claim.att))
             for rec in list(self._origins.values()):
                 if claim.sub in rec.subs:
                     self._drive(rec)
@@ -829,8 +839,11 @@ class TopicRouter:
         # deliveries to subscribers that are in limbo or whose router it has not heard yet.
         for key, value in self._store.scan(b"c/"):
             self._view.close(decode_sub(key[2:]), decode_att(value) if value else None)
-        for key, _ in self._store.scan(b"k/"):
-            self._view.learn(decode_sub(key[2:]), self._now)
+        for key, value in self._store.scan(b"k/"):
+            sub = decode_sub(key[2:])
+            self._view.learn(sub, self._now)
+            if value:
+                self._view.last_att[sub] = decode_att(value)
         if not self.eo:
             return
         bodies = {key[2:]: value for key, value in self._store.scan(b"m/")}

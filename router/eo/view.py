@@ -31,9 +31,10 @@ class SubscriberView:
         self.known: dict[Sub, float | None] = {}  # sub -> in limbo since (None: claimed)
         # sub -> the attachment whose close=true ended it (None: not known, an older store)
         self.closed: dict[Sub, AttId | None] = {}
-        # the latest claim added here, per subscriber (memory only: after a restart, claims
-        # come back with the peers' snapshots, and a close of an attachment no live claim
-        # contradicts closes; a claim of another attachment re-opens)
+        # the latest claim added here, per subscriber; durable (the k/ value), so that after
+        # a restart a late close of an attachment this router never saw claimed does not end
+        # a subscription it did see (it stays known: in limbo at worst, until a claim or the
+        # terminus timeout)
         self.last_att: dict[Sub, AttId] = {}
         self.claims: dict[AttId, Claim] = {}
         self._by_sub: dict[Sub, set[AttId]] = {}
