@@ -536,6 +536,7 @@ class Guarantees:
         tag = d.delivery_tag
         now = self.now()
         if d.is_presettled and d.resumed and not payload:
+            p.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
             t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
         else:
             if d.is_presettled:
