@@ -144,6 +144,7 @@ class TopicRouter:
         # peers that answered LACKING: no guarantee for this topic there, so no FWD of theirs
         # can be in flight and the barrier does not wait for them (issue 15 b)
         self._lacking: set[str] = set()
+        self._closed_since: dict[Sub, float] = {}  # closed subscribers: since when (this run)
         self._told_lacking: set[str] = set()  # logged once each
         self._next_ask = now
         self._loopback: deque[Wire] = deque()
@@ -397,6 +398,12 @@ class TopicRouter:
                     for rec in self._records_of(pub):
                         if not rec.settled:
                             self._settle_origin(rec)  # abandoned: its terminus expired
+            if self._closed_since:  # records handed over with a closed subscriber in them
+                for rec in [r for r in self._origins.values() if r.settled]:
+                    self._maybe_drop_origin(rec)
+                for sub, since in list(self._closed_since.items()):
+                    if now - since > self.terminus_timeout:
+                        del self._closed_since[sub]  # long closed: _long_closed without it
             for local in [r for r in self._locals.values() if r.settled]:
                 self._maybe_drop_local(local)
         for sub in self._view.expired(now, self.terminus_timeout):
@@ -502,8 +509,10 @@ class TopicRouter:
             local = {ls.sub for ls in self._subs.values()}
             if any(s == SubState.PENDING for sub, s in rec.subs.items() if sub in local):
                 return
-        elif rec.pending():
-            return
+        elif any(
+            st == SubState.PENDING and sub not in self._view.closed for sub, st in rec.subs.items()
+        ):
+            return  # (closed here: only an ex-driver's hand-over puts one in, see _merge_owed)
         rec.accepted_sent = True
         self._emit("accept_publisher", rec.publisher, rec.tag)
 
@@ -521,12 +530,22 @@ class TopicRouter:
             self._maybe_drop_origin(rec)
 
     def _maybe_drop_origin(self, rec: OriginRecord) -> None:
-        closed = self._view.closed
         done = rec.done() or (
-            rec.settled and all(s == SubState.SEEN or sub in closed for sub, s in rec.subs.items())
-        )  # a closed subscriber an ex-driver handed over (_merge_owed) is owed nothing more
+            rec.settled
+            and all(s == SubState.SEEN or self._long_closed(sub) for sub, s in rec.subs.items())
+        )
         if done and self._origins.get(rec.out_tag) is rec:
             self._delete_origin(rec)
+
+    def _long_closed(self, sub: Sub) -> bool:
+        """A subscriber an ex-driver handed over (_merge_owed) though closed here: owed
+        nothing more once it stayed closed for the terminus timeout (until then, the claim
+        that re-opens it may be on its way, and the record waits for it, as for one in
+        limbo)."""
+        if sub not in self._view.closed:
+            return False
+        since = self._closed_since.get(sub)
+        return since is None or self._now - since > self.terminus_timeout
 
     def _ask(self) -> None:
         orphans: dict[Pub, list[bytes]] = {}
@@ -551,9 +570,9 @@ class TopicRouter:
         changed = False
         for sub, state in owed.items():
             # closed here, it may have subscribed again (the claim that re-opens it is on its
-            # way): one that accepted is kept, as it blocks nothing; it counts as done if it
-            # is still closed when the record is settled
-            if sub not in rec.subs and (sub not in self._view.closed or state != SubState.PENDING):
+            # way): kept, but while closed here it neither holds the publisher's ACCEPTED back
+            # nor the record once settled
+            if sub not in rec.subs:
                 rec.subs[sub] = state
                 changed = True
         if changed and not rec.settled:
@@ -565,6 +584,7 @@ class TopicRouter:
 
     def _claim_added(self, claim: Claim) -> None:
         if self._view.reopen(claim.sub, claim.att):
+            self._closed_since.pop(claim.sub, None)
             self._del(b"c/" + encode_sub(claim.sub))
             self._log("info", f"subscriber {claim.sub} subscribes again after it closed")
         if self._view.learn(claim.sub, self._now):
@@ -579,6 +599,7 @@ class TopicRouter:
 
     def _close_sub(self, sub: Sub, att: AttId | None = None) -> None:
         if self._view.close(sub, att):
+            self._closed_since[sub] = self._now
             self._put(b"c/" + encode_sub(sub), b"" if att is None else encode_att(att))
             self._del(b"k/" + encode_sub(sub))
             self._drop_sub_from_records(sub)
@@ -839,6 +860,7 @@ class TopicRouter:
         # deliveries to subscribers that are in limbo or whose router it has not heard yet.
         for key, value in self._store.scan(b"c/"):
             self._view.close(decode_sub(key[2:]), decode_att(value) if value else None)
+            self._closed_since[decode_sub(key[2:])] = self._now
         for key, value in self._store.scan(b"k/"):
             sub = decode_sub(key[2:])
             self._view.learn(sub, self._now)

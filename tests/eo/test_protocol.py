@@ -471,3 +471,26 @@ def test_driver_takes_over_the_subscribers_an_ex_driver_owed() -> None:
     assert net.r["A"].origin_records()[t].subs == {S1: SubState.ACCEPTED}
     net.r["A"].receive("B", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"x", 7], 3]), 0.0)
     assert net.r["A"].origin_records()[t].subs == {S1: SubState.ACCEPTED}  # junk ignored
+
+
+def test_handed_over_subscriber_closed_here_waits_the_terminus_timeout() -> None:
+    """An ex-driver may hand over (ASK `owed`) a subscriber the driver still takes for
+    closed (the claim that re-opens it not yet arrived): it does not hold the publisher's
+    ACCEPTED back, and the settled record waits for it as for one in limbo."""
+    net = Net("AB", terminus_timeout=10.0)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 0.0)
+    net.pump()
+    t = outgoing_tag(*P, b"t1")
+    b = net.r["B"]
+    b.publisher_attached(P, [], 1.0)
+    b.publisher_transfer(P, b"t1", b"m", 1.0)
+    b.receive("A", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"t1", [[*S1, 0]]]]), 1.0)
+    assert b.origin_records()[t].subs == {S1: SubState.PENDING}
+    assert net.take("accept") == [("accept", P, b"t1")]  # closed here: it blocks nothing
+    b.publisher_settled(P, b"t1", 2.0)
+    b.tick(5.0)
+    assert t in b.origin_records()  # the re-opening claim may still come
+    b.tick(12.0)
+    assert b.origin_records() == {}
