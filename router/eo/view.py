@@ -4,8 +4,8 @@ A subscriber is *known* from the first announcement of its attach until it detac
 closed=true or stays unattached longer than the terminus timeout. Closing ends the terminus
 (AMQP 1.0 §2.6.6), not the identity: a later attach with the same container-id and link name
 is a new subscription. So a closure remembers the attachment that closed: that attachment's
-claims stay refused (a late SUB for it), any other one re-opens the subscriber. While known, every delivery
-published is owed to it. Each known subscriber has zero or more *claims*: attachments that a
+claims stay refused (a late SUB for it), any other one re-opens the subscriber. While known,
+every delivery published is owed to it. Each known subscriber has zero or more *claims*: attachments that a
 router has announced and not withdrawn. Normally one; none while its router is down and it has
 not re-attached elsewhere ("limbo"); transiently two during a failover, when the old router's
 withdrawal has not arrived yet — deliveries are then forwarded to both and only the router
