@@ -45,6 +45,7 @@ from router._fast.codec import Described, UByte, ULong, encode
 from router._fast.engine import Link, source_value, state_code, target_value
 from router.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from router.eo.dedup import AcceptedTags
+from router.eo.messages import make
 from router.eo.records import OriginRecord
 from router.journal import origin_id
 from router.link_registry import AttachError
@@ -61,6 +62,7 @@ ACCEPTED_STATE = Described(ULong(ACCEPTED), [])
 PUBLISHER_WINDOW = 500  # unaccepted deliveries a publisher may have in flight per link
 TICK = 0.25  # seconds between TopicRouter ticks (PING barrier, ASK, timeouts)
 TOPIC_MARK = b"eot/"
+MAX_MISMATCHES = 1024  # (router, topic) mismatches remembered, to log each once
 GUARANTEES_FILE = "guarantees.json"  # in the journal directory: what the audit verifies  # store: one key per topic with records, to find them at start
 
 
@@ -207,6 +209,10 @@ class Guarantees:
         self.journal_dir: str | None = None
         # idempotent publishing: tags accepted lately, per publisher link (router/eo/dedup.py)
         self.accepted_tags = AcceptedTags(self.timeout)
+        # (router, topic) it runs with a guarantee we lack: logged once each (bounded)
+        self.mismatches: set[tuple[str, str]] = set()
+        self.idle_since: dict[str, float] = {}  # topic -> idle (TopicRouter.idle) since
+        self.next_att = 0  # the attachment counter of dropped topics, to continue from
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -234,6 +240,19 @@ class Guarantees:
             for topic in list(self.topics.values()):
                 topic.tick(now)
             self.accepted_tags.expire(now)
+            self._drop_idle(now)
+
+    def _drop_idle(self, now: float) -> None:
+        """Forget topics idle for guarantee_timeout (`TopicRouter.idle`): every distinct
+        topic ever named would otherwise keep a state machine for the life of the router
+        (issue 15 c). A message or a link about it makes it again, from the store."""
+        for name, t in list(self.topics.items()):
+            if not t.idle():
+                self.idle_since.pop(name, None)
+            elif now - self.idle_since.setdefault(name, now) >= self.timeout:
+                del self.topics[name], self.ports[name], self.idle_since[name]
+                self.next_att = max(self.next_att, t.next_att)
+                log.info("guaranteed topic %r idle: dropped", name)
 
     def now(self) -> float:
         return self.loop.time() if self.loop is not None else time.monotonic()
@@ -256,6 +275,7 @@ class Guarantees:
             mode=mode,
             terminus_timeout=self.timeout,
             now=self.now(),
+            first_att=self.next_att,  # attachment ids stay unique if it was dropped before
         )
         self.topics[name] = t
         self.ports[name] = port
@@ -272,8 +292,14 @@ class Guarantees:
             return
         path = os.path.join(self.journal_dir, GUARANTEES_FILE)
         try:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    noted = dict(json.load(f))  # and the topics dropped since (idle)
+            except (OSError, ValueError, TypeError):
+                noted = {}
+            noted.update({name: t.mode for name, t in self.topics.items()})
             with open(path, "w", encoding="utf-8") as f:
-                json.dump({name: t.mode for name, t in sorted(self.topics.items())}, f, indent=2)
+                json.dump(dict(sorted(noted.items())), f, indent=2)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
@@ -554,6 +580,7 @@ class Guarantees:
         tag = d.delivery_tag
         now = self.now()
         if d.is_presettled and d.resumed and not payload:
+            p.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
             t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
         elif not d.is_presettled and self.accepted_tags.accepted((p.topic, p.pub), tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
@@ -679,6 +706,21 @@ class Guarantees:
         for envelope in envelopes:
             self.receive(envelope)
 
+    def _lacking(self, src: str, topic: str, op: Any) -> None:
+        """`src` runs the protocol for a topic we have no guarantee for (a configuration
+        mismatch, issue 15 b): answer its PINGs with LACKING, so that its barrier stops
+        waiting for us and it reports the mismatch; no state is made for the topic here."""
+        if (src, topic) not in self.mismatches and len(self.mismatches) < MAX_MISMATCHES:
+            self.mismatches.add((src, topic))
+            log.error(
+                "router %r runs topic %r with a guarantee, which this router does not have: "
+                "configure the same address entry on every router",
+                src,
+                topic,
+            )
+        if op == "PING":
+            self._out_to_router(src, make("LACKING", topic))
+
     def receive(self, envelope: Any) -> None:
         """An envelope from the control link: ours, or to pass on toward its router."""
         if not isinstance(envelope, dict):
@@ -723,8 +765,14 @@ class Guarantees:
                 log.warning("undecodable guaranteed-topic message from %r dropped", src)
                 continue
             name = message["topic"]
-            if name not in self.topics and self.guarantee_of(name) is None:
-                log.warning("router %r speaks of %r, which has no guarantee here", src, name)
+            if self.guarantee_of(name) is None and name not in self.topics:
+                self._lacking(src, name, message.get("op"))
+                continue
+            if name not in self.topics and message.get("op") in ("PING", "PONG"):
+                # nothing here about the topic (dropped idle, or never made): everything we
+                # sent on this channel before has arrived, so PONG at once; no state made
+                if message.get("op") == "PING" and isinstance(message.get("e"), int):
+                    self._out_to_router(src, make("PONG", name, e=message["e"]))
                 continue
             t = self.topic(name)
             assert t is not None

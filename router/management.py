@@ -1235,6 +1235,8 @@ class ManagementNode:
                 "origin_records": len(t.origin_records()),
                 "local_records": len(t.local_records()),
                 "peers": g.up_routers(),
+                # reachable routers without this topic's guarantee (issue 15 b)
+                "lacking_routers": t.lacking_routers(),
             }
             for name, t in sorted(g.topics.items())
         ]
@@ -1354,7 +1356,7 @@ POLICY_GROUP_ATTRIBUTES = (
 )  # fmt: skip
 TOPIC_ATTRIBUTES = (
     "identity", "name", "guarantee", "publishers", "subscribers", "known_subscribers",
-    "origin_records", "local_records", "peers",
+    "origin_records", "local_records", "peers", "lacking_routers",
 )  # fmt: skip
 
 

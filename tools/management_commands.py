@@ -431,6 +431,7 @@ TOPIC_COLUMNS: list[Column] = [
     ("origin records", "origin_records", _text),
     ("local records", "local_records", _text),
     ("peers", "peers", _text),
+    ("lacking guarantee", "lacking_routers", _text),  # a configuration mismatch (issue 15 b)
 ]
 
 

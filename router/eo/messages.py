@@ -34,6 +34,8 @@ FIELDS: dict[str, dict[str, type]] = {
     "ANSWER": {"pub": list, "settled": list, "live": list},
     "PING": {"e": int},
     "PONG": {"e": int},
+    # the answer to any message of a router without a guarantee for the topic (issue 15 b)
+    "LACKING": {},
 }
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.eo.messages import (
@@ -58,7 +58,9 @@ from router.eo.records import (
     Pub,
     Sub,
     SubState,
+    decode_att,
     decode_sub,
+    encode_att,
     encode_sub,
     sub_list,
 )
@@ -79,7 +81,13 @@ _HAS_IT = (LocalState.HELD, LocalState.DELIVERED, LocalState.ACCEPTED)
 @dataclass(slots=True)
 class _PubLink:
     attach_map: dict[bytes, bool]  # tag -> accepted, as the publisher reported on attach
-    sent: set[bytes]  # tags transferred on this attachment
+    # tags of the attach map we asked the publisher to resend and it has not yet: bounded by
+    # the map, not by everything the link ever sent (issue 15 c); "live" to an ASK (they
+    # will be driven here), while a tag of the map we had a record of is answered from the
+    # record, or "settled" once it is gone (issue 15 f)
+    awaiting: set[bytes]
+    # tag -> subscribers an ex-driver owed it to (ASK `owed`), for the record its resend makes
+    owed: dict[bytes, dict[Sub, SubState]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -105,6 +113,7 @@ class TopicRouter:
         ask_interval: float = 1.0,
         now: float = 0.0,
         unsafe: Iterable[str] = (),
+        first_att: int = 0,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
@@ -127,12 +136,18 @@ class TopicRouter:
         self._pubs: dict[Pub, _PubLink] = {}
         self._pub_gone: dict[Pub, float] = {}  # publishers with records here, link gone since
         self._pub_resend: dict[Pub, float] = {}  # re-attached without a map at: awaiting resends
+        self._resent: dict[Pub, set[bytes]] = {}  # of those, the tags resent (bounded by records)
         self._subs: dict[AttId, _LocalSub] = {}
-        self._next_att = 0
+        self._next_att = first_att  # a topic made again in the same run continues its count
         self._up: set[str] = set()
         self._peers: set[str] = set()
         self._epoch = 0
         self._barrier: dict[str, int] = {}  # peer -> everything it sent before our PING(e) is in
+        # peers that answered LACKING: no guarantee for this topic there, so no FWD of theirs
+        # can be in flight and the barrier does not wait for them (issue 15 b)
+        self._lacking: set[str] = set()
+        self._closed_since: dict[Sub, float] = {}  # closed subscribers: since when (this run)
+        self._told_lacking: set[str] = set()  # logged once each
         self._next_ask = now
         self._loopback: deque[Wire] = deque()
         self._puts: dict[bytes, bytes] = {}
@@ -160,6 +175,7 @@ class TopicRouter:
         self._pubs[pub] = link
         gone = self._pub_gone.pop(pub, None)
         waiting = self._pub_resend.pop(pub, None)
+        self._resent.pop(pub, None)
         if self.eo and not resumable:
             if any(not rec.settled for rec in self._records_of(pub)):
                 # the clock runs from its first disconnect: reconnecting does not extend it
@@ -171,9 +187,10 @@ class TopicRouter:
         resend = [
             tag
             for tag, accepted in link.attach_map.items()
-            if not accepted and self._tag(pub, tag) not in self._origins
+            if not accepted and self._body_missing(self._tag(pub, tag))
         ]
         if resend:
+            link.awaiting.update(resend)
             self._emit("resend", pub, resend)
         for rec in self._records_of(pub):
             if not rec.settled:
@@ -189,18 +206,25 @@ class TopicRouter:
             self._log("warning", f"transfer from {pub} which is not attached, dropped")
             self._flush()
             return
-        link.sent.add(tag)
+        link.awaiting.discard(tag)
         out_tag = self._tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
             subs = {sub: SubState.PENDING for sub in self._view.subscribers()}
             rec = OriginRecord(out_tag, pub, bytes(tag), bytes(body), subs)
             self._origins[out_tag] = rec
+            self._merge_owed(rec, link.owed.pop(tag, {}))
             self._save_origin(rec, body=True)
         elif rec.settled:
             self._log("warning", f"{pub} reused settled tag {tag!r}: ignored")
             self._flush()
             return
+        else:
+            if pub in self._pub_resend:  # resent within the window: not abandoned
+                self._resent.setdefault(pub, set()).add(bytes(tag))
+            if rec.body is None:
+                rec.body = bytes(body)  # the resend of a record recovered without its body
+                self._save_origin(rec, body=True)
         self._drive(rec)
         self._check_accept(rec)
         self._flush()
@@ -215,6 +239,7 @@ class TopicRouter:
     def publisher_detached(self, pub: Pub, closed: bool, now: float) -> None:
         self._now = now
         waiting = self._pub_resend.pop(pub, None)  # _pub_gone's clock takes over from it
+        self._resent.pop(pub, None)
         if self._pubs.pop(pub, None) is not None:
             for rec in self._records_of(pub):
                 if rec.settled:
@@ -317,7 +342,7 @@ class TopicRouter:
             self._broadcast(msg)
             self._view.remove_claim(att, now)
             if closed:
-                self._close_sub(ls.sub)
+                self._close_sub(ls.sub, att)
         self._flush()
 
     # -- the mesh ----------------------------------------------------------------------------
@@ -327,6 +352,7 @@ class TopicRouter:
         self._now = now
         self._up.add(peer)
         self._peers.add(peer)
+        self._lacking.discard(peer)  # it may carry the topic now: its next answer tells
         attached = [
             [att_wire(ls.att), list(ls.sub), map_wire(ls.attach_map)] for ls in self._subs.values()
         ]
@@ -339,6 +365,11 @@ class TopicRouter:
                 attached=attached,
                 known=sub_list(self._view.known),
                 closed=sub_list(self._view.closed),
+                # which attachment closed each: a later one re-subscribes (view.py)
+                closed_at=[
+                    [list(sub), att_wire(att) if att is not None else None]
+                    for sub, att in sorted(self._view.closed.items())
+                ],
             ),
         )
         self._flush()
@@ -375,8 +406,10 @@ class TopicRouter:
         self._now = now
         if self.eo:
             self._epoch += 1
-            for peer in sorted(self._up):
-                self._to_router(peer, make("PING", self.topic, e=self._epoch))
+            # the barrier is only for tombstones: with none waiting, no PING (issue 15 c)
+            if any(r.settled for r in self._locals.values()):
+                for peer in sorted(self._up - self._lacking):
+                    self._to_router(peer, make("PING", self.topic, e=self._epoch))
             if now >= self._next_ask:
                 self._next_ask = now + self.ask_interval
                 self._ask()
@@ -389,10 +422,16 @@ class TopicRouter:
             for pub, since in list(self._pub_resend.items()):
                 if now - since > self.terminus_timeout:
                     del self._pub_resend[pub]
-                    sent = self._pubs[pub].sent if pub in self._pubs else set()
+                    sent = self._resent.pop(pub, set())
                     for rec in self._records_of(pub):
                         if not rec.settled and rec.tag not in sent:
                             self._settle_origin(rec)  # abandoned: not resent in time
+            if self._closed_since:  # records handed over with a closed subscriber in them
+                for rec in [r for r in self._origins.values() if r.settled]:
+                    self._maybe_drop_origin(rec)
+                for sub, since in list(self._closed_since.items()):
+                    if now - since > self.terminus_timeout:
+                        del self._closed_since[sub]  # long closed: _long_closed without it
             for local in [r for r in self._locals.values() if r.settled]:
                 self._maybe_drop_local(local)
         for sub in self._view.expired(now, self.terminus_timeout):
@@ -427,6 +466,29 @@ class TopicRouter:
     def attached_publishers(self) -> list[Pub]:
         return sorted(self._pubs)
 
+    @property
+    def next_att(self) -> int:
+        return self._next_att
+
+    def idle(self) -> bool:
+        """Nothing here for anyone: no link, no subscriber known or claimed anywhere, no
+        record, no publisher awaited. The embedding may then drop this state machine (issue
+        15 c); made again, it recovers the same from the store (the closed subscribers)."""
+        return not (
+            self._pubs
+            or self._subs
+            or self._origins
+            or self._locals
+            or self._pub_gone
+            or self._pub_resend
+            or self._view.known
+            or self._view.claims
+        )
+
+    def lacking_routers(self) -> list[str]:
+        """Routers reachable now that do not carry this topic's guarantee (LACKING)."""
+        return sorted(self._lacking & self._up)
+
     # -- the driver side ---------------------------------------------------------------------
 
     def _drive(self, rec: OriginRecord) -> None:
@@ -444,8 +506,8 @@ class TopicRouter:
                     if att not in rec.settle_sent:
                         rec.settle_sent.add(att)
                         settle.setdefault(att[0], []).append(att)
-                elif state != SubState.PENDING:
-                    continue
+                elif state != SubState.PENDING or rec.body is None:
+                    continue  # (no body: recovered without it, the publisher resends it)
                 elif driving:
                     if att not in rec.forwarded:
                         rec.forwarded.add(att)
@@ -476,8 +538,10 @@ class TopicRouter:
             local = {ls.sub for ls in self._subs.values()}
             if any(s == SubState.PENDING for sub, s in rec.subs.items() if sub in local):
                 return
-        elif rec.pending():
-            return
+        elif any(
+            st == SubState.PENDING and sub not in self._view.closed for sub, st in rec.subs.items()
+        ):
+            return  # (closed here: only an ex-driver's hand-over puts one in, see _merge_owed)
         rec.accepted_sent = True
         self._emit("accept_publisher", rec.publisher, rec.tag)
 
@@ -495,8 +559,22 @@ class TopicRouter:
             self._maybe_drop_origin(rec)
 
     def _maybe_drop_origin(self, rec: OriginRecord) -> None:
-        if rec.done() and self._origins.get(rec.out_tag) is rec:
+        done = rec.done() or (
+            rec.settled
+            and all(s == SubState.SEEN or self._long_closed(sub) for sub, s in rec.subs.items())
+        )
+        if done and self._origins.get(rec.out_tag) is rec:
             self._delete_origin(rec)
+
+    def _long_closed(self, sub: Sub) -> bool:
+        """A subscriber an ex-driver handed over (_merge_owed) though closed here: owed
+        nothing more once it stayed closed for the terminus timeout (until then, the claim
+        that re-opens it may be on its way, and the record waits for it, as for one in
+        limbo)."""
+        if sub not in self._view.closed:
+            return False
+        since = self._closed_since.get(sub)
+        return since is None or self._now - since > self.terminus_timeout
 
     def _ask(self) -> None:
         orphans: dict[Pub, list[bytes]] = {}
@@ -504,22 +582,54 @@ class TopicRouter:
             if not rec.settled and rec.publisher not in self._pubs:
                 orphans.setdefault(rec.publisher, []).append(rec.tag)
         for pub, tags in sorted(orphans.items()):
-            self._broadcast(make("ASK", self.topic, pub=list(pub), tags=tags))
+            # with whom each is still owed to: the router that answers "live" drives it from
+            # then on and must not drop a subscriber only we knew (issue 15 f)
+            owed = [
+                [
+                    tag,
+                    [[*sub, int(st)] for sub, st in sorted(rec.subs.items()) if st < SubState.SEEN],
+                ]
+                for tag in tags
+                for rec in [self._origins[self._tag(pub, tag)]]
+            ]
+            self._broadcast(make("ASK", self.topic, pub=list(pub), tags=tags, owed=owed))
+
+    def _merge_owed(self, rec: OriginRecord, owed: dict[Sub, SubState]) -> None:
+        """Add the subscribers an ex-driver owed `rec` to that it does not list yet."""
+        changed = False
+        for sub, state in owed.items():
+            # closed here, it may have subscribed again (the claim that re-opens it is on its
+            # way): kept, but while closed here it neither holds the publisher's ACCEPTED back
+            # nor the record once settled
+            if sub not in rec.subs:
+                rec.subs[sub] = state
+                changed = True
+        if changed and not rec.settled:
+            self._save_origin(rec)
+            self._drive(rec)
 
     def _records_of(self, pub: Pub) -> list[OriginRecord]:
         return [rec for rec in self._origins.values() if rec.publisher == pub]
 
     def _claim_added(self, claim: Claim) -> None:
+        if self._view.reopen(claim.sub, claim.att):
+            self._closed_since.pop(claim.sub, None)
+            self._del(b"c/" + encode_sub(claim.sub))
+            self._log("info", f"subscriber {claim.sub} subscribes again after it closed")
         if self._view.learn(claim.sub, self._now):
             self._put(b"k/" + encode_sub(claim.sub), b"")
         if self._view.add_claim(claim, self._now):
+            # its latest attachment seen here, kept across a restart: a late close of
+            # another one must not end this subscription (view.close)
+            self._put(b"k/" + encode_sub(claim.sub), encode_att(claim.att))
             for rec in list(self._origins.values()):
                 if claim.sub in rec.subs:
                     self._drive(rec)
 
-    def _close_sub(self, sub: Sub) -> None:
-        if self._view.close(sub):
-            self._put(b"c/" + encode_sub(sub), b"")
+    def _close_sub(self, sub: Sub, att: AttId | None = None) -> None:
+        if self._view.close(sub, att):
+            self._closed_since[sub] = self._now
+            self._put(b"c/" + encode_sub(sub), b"" if att is None else encode_att(att))
             self._del(b"k/" + encode_sub(sub))
             self._drop_sub_from_records(sub)
 
@@ -569,8 +679,9 @@ class TopicRouter:
 
     def _barrier_passed(self, epoch: int) -> bool:
         barrier = self._barrier
-        for p in self._up:  # peers not up are not waited for
-            if barrier.get(p, 0) <= epoch:
+        lacking = self._lacking
+        for p in self._up:  # peers not up, or lacking the guarantee, are not waited for
+            if p not in lacking and barrier.get(p, 0) <= epoch:
                 return False
         return True
 
@@ -591,7 +702,7 @@ class TopicRouter:
         elif op == "UNSUB":
             self._view.remove_claim(att_of(msg["att"]), self._now)
             if msg["closed"]:
-                self._close_sub(sub_of(msg["sub"]))
+                self._close_sub(sub_of(msg["sub"]), att_of(msg["att"]))
         elif op == "SUBS":
             self._on_snapshot(sender, msg)
         elif op == "ASK":
@@ -602,10 +713,30 @@ class TopicRouter:
             self._to_router(sender, make("PONG", self.topic, e=msg["e"]))
         elif op == "PONG":
             self._barrier[sender] = max(self._barrier.get(sender, 0), msg["e"])
+        elif op == "LACKING":
+            self._on_lacking(sender)
+
+    def _on_lacking(self, sender: str) -> None:
+        """`sender` has no guarantee for this topic (a configuration mismatch): it holds no
+        subscriber and sends no FWD, so the barrier stops waiting for it (until the channel
+        re-synchronises: `router_up`). Logged once per peer."""
+        if sender in self._lacking:
+            return
+        self._lacking.add(sender)
+        if sender not in self._told_lacking:
+            self._told_lacking.add(sender)
+            self._log("error", f"router {sender} has no guarantee for this topic: configure it")
+        for rec in [r for r in self._locals.values() if r.settled]:
+            self._maybe_drop_local(rec)
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
-        for raw in msg["closed"]:
-            self._close_sub(sub_of(raw))
+        closed_at = msg.get("closed_at")
+        if isinstance(closed_at, list):
+            for raw_sub, raw_att in closed_at:
+                self._close_sub(sub_of(raw_sub), None if raw_att is None else att_of(raw_att))
+        else:  # a router that does not say which attachment closed
+            for raw in msg["closed"]:
+                self._close_sub(sub_of(raw))
         for raw in msg["known"]:
             sub = sub_of(raw)
             if self._view.learn(sub, self._now):
@@ -705,12 +836,17 @@ class TopicRouter:
             return  # only the router holding the publisher's link answers
         settled: list[bytes] = []
         live: list[bytes] = []
+        owed = _owed_of(msg.get("owed"))
         for tag in msg["tags"]:
             rec = self._origins.get(self._tag(pub, tag))
             if rec is not None:
                 (settled if rec.settled else live).append(tag)
-            elif link.attach_map.get(tag) is False and tag not in link.sent:
+                if not rec.settled:
+                    self._merge_owed(rec, owed.get(tag, {}))
+            elif tag in link.awaiting:
                 live.append(tag)  # we asked the publisher to resend it
+                if tag in owed:
+                    link.owed[tag] = owed[tag]
             else:
                 settled.append(tag)  # it was sent before the attach and not in its map
         answer = make("ANSWER", self.topic, pub=list(pub), settled=settled, live=live)
@@ -739,7 +875,7 @@ class TopicRouter:
             key = b"o/" + rec.out_tag
             self._dels.discard(key)
             self._dirty[key] = rec  # encoded once, at the commit (see _flush)
-            if body:
+            if body and rec.body is not None:
                 self._put(b"m/" + rec.out_tag, rec.body)
 
     def _delete_origin(self, rec: OriginRecord) -> None:
@@ -749,19 +885,32 @@ class TopicRouter:
             self._del(b"o/" + rec.out_tag)
             self._del(b"m/" + rec.out_tag)
 
+    def _body_missing(self, out_tag: bytes) -> bool:
+        rec = self._origins.get(out_tag)
+        return rec is None or rec.body is None
+
     def _recover(self) -> None:
         # Both modes keep the subscriber view: a restarted router must still owe new
         # deliveries to subscribers that are in limbo or whose router it has not heard yet.
-        for key, _ in self._store.scan(b"c/"):
-            self._view.close(decode_sub(key[2:]))
-        for key, _ in self._store.scan(b"k/"):
-            self._view.learn(decode_sub(key[2:]), self._now)
+        for key, value in self._store.scan(b"c/"):
+            self._view.close(decode_sub(key[2:]), decode_att(value) if value else None)
+            self._closed_since[decode_sub(key[2:])] = self._now
+        for key, value in self._store.scan(b"k/"):
+            sub = decode_sub(key[2:])
+            self._view.learn(sub, self._now)
+            if value:
+                self._view.last_att[sub] = decode_att(value)
         if not self.eo:
             return
         bodies = {key[2:]: value for key, value in self._store.scan(b"m/")}
         for key, value in self._store.scan(b"o/"):
             out_tag = key[2:]
-            rec = OriginRecord.decode(out_tag, value, bodies.get(out_tag, b""))
+            # never an empty body in place of a missing one (issue 15 d): a record without
+            # its message forwards nothing; its publisher is asked to resend it
+            body = bodies.get(out_tag)
+            if body is None:
+                self._log("error", f"record {out_tag.hex()[:16]} has no message body in the store")
+            rec = OriginRecord.decode(out_tag, value, body)
             self._origins[out_tag] = rec
             if not rec.settled:
                 self._pub_gone[rec.publisher] = self._now
@@ -809,3 +958,27 @@ class TopicRouter:
         sends, self._sends = self._sends, []
         for method, args in sends:
             getattr(self._port, method)(*args)
+
+
+def _owed_of(value: Any) -> dict[bytes, dict[Sub, SubState]]:
+    """ASK's optional `owed`: [[tag, [[container, link, state], ...]], ...] (hostile input:
+    anything malformed is left out)."""
+    out: dict[bytes, dict[Sub, SubState]] = {}
+    if not isinstance(value, list):
+        return out
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], bytes)):
+            continue
+        subs: dict[Sub, SubState] = {}
+        for item in entry[1] if isinstance(entry[1], list) else ():
+            if (
+                isinstance(item, list)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and isinstance(item[1], str)
+                and item[2] in (SubState.PENDING, SubState.ACCEPTED)
+                and not isinstance(item[2], bool)
+            ):
+                subs[(item[0], item[1])] = SubState(item[2])
+        out[entry[0]] = subs
+    return out

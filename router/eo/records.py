@@ -55,7 +55,7 @@ class OriginRecord:
     out_tag: bytes
     publisher: Pub
     tag: bytes
-    body: bytes
+    body: bytes | None  # None: recovered from a store that lacked it (never sent empty)
     subs: dict[Sub, SubState]
     settled: bool = False  # the publisher settled (or forgot) the delivery
     # Not persisted: what has been sent in the current connection incarnations.
@@ -97,7 +97,7 @@ class OriginRecord:
         return b"".join(out)
 
     @classmethod
-    def decode(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+    def decode(cls, out_tag: bytes, state: bytes, body: bytes | None) -> OriginRecord:
         if state[:1] == b"{":
             return cls._decode_json(out_tag, state, body)
         if state[:1] != STATE_V2 or len(state) < 2:
@@ -114,7 +114,7 @@ class OriginRecord:
         return cls(out_tag, publisher, tag, body, subs, state[1] == 1)
 
     @classmethod
-    def _decode_json(cls, out_tag: bytes, state: bytes, body: bytes) -> OriginRecord:
+    def _decode_json(cls, out_tag: bytes, state: bytes, body: bytes | None) -> OriginRecord:
         """The encoding of releases before STATE_V2 (a store written by one of them)."""
         d = json.loads(state)
         subs = {(c, link): SubState(s) for c, link, s in d["subs"]}
@@ -226,6 +226,15 @@ def encode_sub(sub: Sub) -> bytes:
 def decode_sub(raw: bytes) -> Sub:
     c, link = json.loads(raw)
     return (c, link)
+
+
+def encode_att(att: AttId) -> bytes:
+    return json.dumps(list(att), separators=(",", ":")).encode()
+
+
+def decode_att(raw: bytes) -> AttId:
+    router, instance, n = json.loads(raw)
+    return (str(router), int(instance), int(n))
 
 
 def sub_list(subs: Iterable[Sub]) -> list[list[str]]:

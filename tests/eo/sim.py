@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router.eo import AT_LEAST_ONCE, EXACTLY_ONCE, AttId, MemoryRecordStore, Pub, Sub, TopicRouter
+from router.eo.messages import make
 
 TICK = 0.25
 
@@ -64,6 +65,8 @@ class Params:
     fault_every: float = 0.5  # mean seconds between faults
     deadline: float = 60.0  # seconds of quiet before giving up
     terminus_timeout: float = 1e9
+    close_share: float = 0.0  # of subscriber faults: close (closed=true), re-subscribe later
+    lacking: tuple[int, int] = (0, 0)  # routers in the mesh without the topic's guarantee
 
 
 CI_PARAMS = Params(
@@ -73,6 +76,8 @@ CI_PARAMS = Params(
     publishers=(1, 3),
     subscribers=(2, 4),
     window=4,
+    close_share=0.25,
+    lacking=(0, 1),
 )
 """What the CI tests run: heavier than the defaults (a fault every 0.3 s for 8 s)."""
 
@@ -108,6 +113,25 @@ class Conn:
     last: dict[str, float] = field(default_factory=dict)
 
 
+class Lacking:
+    """A router of the mesh configured without the topic's guarantee: it answers PING with
+    LACKING, as router/guarantee.py does, and nothing else (issue 15 b)."""
+
+    def __init__(self, sim: Simulation, name: str) -> None:
+        self.sim = sim
+        self.name = name
+
+    def receive(self, src: str, msg: dict[str, Any], now: float) -> None:
+        if msg.get("op") == "PING":
+            self.sim.send_router(self.name, src, make("LACKING", msg["topic"]))
+
+    def router_up(self, peer: str, now: float) -> None:
+        pass
+
+    def router_down(self, peer: str, now: float) -> None:
+        pass
+
+
 class Client:
     name: str
     conn: Conn | None = None
@@ -121,6 +145,7 @@ class PubClient(Client):
         self.next_tag = 0
         self.unsettled: dict[bytes, list[Any]] = {}  # tag -> [message id, saw accepted]
         self.published: list[str] = []
+        self.published_at: dict[str, float] = {}
         self.accepted: set[str] = set()
 
 
@@ -131,7 +156,12 @@ class SubClient(Client):
         self.unsettled: dict[bytes, bool] = {}  # out tag -> processed (accepted)
         self.bodies: dict[bytes, bytes] = {}  # received, not yet processed
         self.todo: deque[bytes] = deque()
-        self.processed: Counter[str] = Counter()
+        self.processed: Counter[str] = Counter()  # by the current subscription
+        # A close (closed=true) ends a subscription; attaching again starts a new one, owed
+        # what is published once every router knows it (known_at: all claim one of `atts`).
+        self.past: list[Counter[str]] = []  # what the closed subscriptions processed
+        self.atts: set[AttId] = set()
+        self.known_at: float | None = None
 
 
 class SimPort:
@@ -176,7 +206,11 @@ class Simulation:
         rng = self.rng
         names = [f"R{i}" for i in range(rng.randint(*self.p.routers))]
         self.routers = {n: SimRouter(n, MemoryRecordStore()) for n in names}
-        self.channels = {(a, b): Channel(a, b) for i, a in enumerate(names) for b in names[i + 1 :]}
+        self.lacking = {
+            f"L{i}": Lacking(self, f"L{i}") for i in range(rng.randint(*self.p.lacking))
+        }
+        every = names + sorted(self.lacking)
+        self.channels = {(a, b): Channel(a, b) for i, a in enumerate(every) for b in every[i + 1 :]}
         self.pubs = [
             PubClient(f"P{i}", rng.randint(*self.p.messages))
             for i in range(rng.randint(*self.p.publishers))
@@ -256,17 +290,24 @@ class Simulation:
             self.drop_conn(conn, router_side=False)
         r.conns = {}
 
+    def node(self, name: str) -> TopicRouter | Lacking | None:
+        if name in self.lacking:
+            return self.lacking[name]
+        return self.routers[name].tr
+
     def channel_up(self, ch: Channel) -> None:
-        ra, rb = self.routers[ch.a], self.routers[ch.b]
-        if ch.up or ra.tr is None or rb.tr is None:
+        if ch.up or self.node(ch.a) is None or self.node(ch.b) is None:
             return
         ch.up = True
         ch.gen += 1
         ch.last = {}
         self.note(f"channel {ch.a}-{ch.b} up")
-        ra.tr.router_up(ch.b, self.now)
-        if rb.tr is not None and ch.up:
-            rb.tr.router_up(ch.a, self.now)
+        na = self.node(ch.a)
+        assert na is not None
+        na.router_up(ch.b, self.now)
+        nb = self.node(ch.b)
+        if nb is not None and ch.up:
+            nb.router_up(ch.a, self.now)
 
     def channel_down(self, ch: Channel) -> None:
         if not ch.up:
@@ -275,9 +316,9 @@ class Simulation:
         ch.gen += 1
         self.note(f"channel {ch.a}-{ch.b} down")
         for me, peer in ((ch.a, ch.b), (ch.b, ch.a)):
-            tr = self.routers[me].tr
-            if tr is not None:
-                tr.router_down(peer, self.now)
+            node = self.node(me)
+            if node is not None:
+                node.router_down(peer, self.now)
 
     def channel(self, a: str, b: str) -> Channel:
         return self.channels[(a, b) if (a, b) in self.channels else (b, a)]
@@ -291,9 +332,9 @@ class Simulation:
         self.at(when, self._arrive_router, ch, ch.gen, src, dst, msg)
 
     def _arrive_router(self, ch: Channel, gen: int, src: str, dst: str, msg: Any) -> None:
-        tr = self.routers[dst].tr
-        if ch.up and ch.gen == gen and tr is not None:
-            tr.receive(src, msg, self.now)
+        node = self.node(dst)
+        if ch.up and ch.gen == gen and node is not None:
+            node.receive(src, msg, self.now)
 
     # -- client connections ------------------------------------------------------------------
 
@@ -310,6 +351,7 @@ class Simulation:
         if isinstance(client, SubClient):
             unsettled = list(client.unsettled.items())
             conn.att = r.tr.new_attachment_id()
+            client.atts.add(conn.att)
             r.conns[conn.att] = conn
             r.tr.subscriber_attached(client.sub, unsettled, self.now, conn.att)
             self.note(f"{client.name} attaches at {name} as {conn.att}, map {len(unsettled)}")
@@ -414,6 +456,7 @@ class Simulation:
         msg_id = f"{c.name}.{c.next_tag}"
         c.unsettled[tag] = [msg_id, False]
         c.published.append(msg_id)
+        c.published_at[msg_id] = self.now
         self.note(f"{c.name} publishes {msg_id} at {c.conn.router}")
         self.to_router_from(c.conn, "transfer", tag, msg_id.encode())
 
@@ -479,8 +522,54 @@ class Simulation:
         else:
             clients: list[Client] = [*self.pubs, *self.subs]
             client = self.rng.choice(clients)
-            if client.conn is not None:
+            if client.conn is None:
+                return
+            if isinstance(client, SubClient) and self.rng.random() < self.p.close_share:
+                self.close_sub(client)
+            else:
                 self.drop_conn(client.conn)
+
+    def close_sub(self, c: SubClient) -> None:
+        """The subscriber detaches with closed=true (its terminus ends, AMQP 1.0 §2.6.6, and
+        so does its unsettled state); a little later it attaches again under the same
+        container-id and link name: a new subscription (issue 15 a)."""
+        conn = c.conn
+        assert conn is not None and conn.att is not None
+        conn.live = False
+        c.conn = None
+        r = self.routers[conn.router]
+        self.note(f"{c.name} CLOSES its link at {conn.router}")
+        if r.tr is not None and r.instance == conn.instance:
+            r.conns.pop(conn.att, None)
+            r.tr.subscriber_detached(conn.att, True, self.now)
+        c.past.append(c.processed)
+        c.processed = Counter()
+        c.unsettled.clear()
+        c.bodies.clear()
+        c.todo.clear()
+        c.atts = set()
+        c.known_at = None
+        self.after(self.rng.uniform(0.05, 0.8), self.connect, c)
+
+    def _watch_known(self) -> None:
+        """When every router knows a subscription (its latest claim is one of this
+        subscription's attachments): what is published from then on is owed to it."""
+        self.after(0.1, self._watch_known)
+        for c in self.subs:
+            if c.known_at is not None or not c.atts:
+                continue
+            trs = [r.tr for r in self.routers.values()]
+            if all(
+                tr is not None
+                and c.sub in tr.view.known
+                and (
+                    tr.view.last_att.get(c.sub) in c.atts
+                    or any(claim.att in c.atts for claim in tr.view.claims_of(c.sub))
+                )
+                for tr in trs
+            ):
+                c.known_at = self.now
+                self.note(f"{c.name} known everywhere")
 
     def restart(self, name: str) -> None:
         self.start_router(name)
@@ -507,6 +596,7 @@ class Simulation:
             self.channel_up(ch)
         for s in self.subs:
             self.connect(s)
+        self._watch_known()
         everyone = {s.sub for s in self.subs}
         for _ in range(100):
             self.run_until(self.now + 0.1)
@@ -529,7 +619,7 @@ class Simulation:
     def drained(self) -> bool:
         if any(len(c.published) < c.total or c.unsettled or c.conn is None for c in self.pubs):
             return False
-        if any(c.todo or c.conn is None for c in self.subs):
+        if any(c.todo or c.conn is None or c.known_at is None for c in self.subs):
             return False
         if self.p.mode == AT_LEAST_ONCE:
             return self._all_processed()
@@ -541,8 +631,14 @@ class Simulation:
         )
 
     def _all_processed(self) -> bool:
+        return all(s.processed[m] >= 1 for s in self.subs for m in self.owed(s))
+
+    def owed(self, s: SubClient) -> set[str]:
+        """The accepted messages the current subscription of `s` must have processed: those
+        published once every router knew it (all, if it never became known)."""
+        at = {m: t for c in self.pubs for m, t in c.published_at.items()}
         accepted = set().union(*(c.accepted for c in self.pubs))
-        return all(c.processed[m] >= 1 for c in self.subs for m in accepted)
+        return {m for m in accepted if s.known_at is None or at[m] >= s.known_at}
 
     def violations(self) -> list[str]:
         out: list[str] = []
@@ -558,13 +654,16 @@ class Simulation:
             if c.unsettled:
                 out.append(f"{c.name} still has unsettled {sorted(c.unsettled)}")
         for s in self.subs:
-            for m in sorted(accepted):
+            if s.known_at is None:
+                out.append(f"{s.name}: its subscription never became known everywhere")
+            for m in sorted(self.owed(s)):
                 n = s.processed[m]
                 if n == 0 or (eo and n > 1):
                     out.append(f"{s.name} processed accepted {m} {n} times")
-            for m, n in sorted(s.processed.items()):
-                if eo and n > 1 and m not in accepted:
-                    out.append(f"{s.name} processed {m} {n} times")
+            for i, processed in enumerate([*s.past, s.processed]):
+                for m, n in sorted(processed.items()):
+                    if eo and n > 1:
+                        out.append(f"{s.name} (subscription {i}) processed {m} {n} times")
             if eo and s.unsettled:
                 out.append(f"{s.name} still has {len(s.unsettled)} unsettled deliveries")
         if eo:

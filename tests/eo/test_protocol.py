@@ -324,3 +324,224 @@ def test_origin_record_encoding_round_trip_and_json_of_older_stores() -> None:
         b'"subs":[["s0","",0],["s1","l",1],["s2","\\u00e9",2]]}'
     )
     assert OriginRecord.decode(rec.out_tag, old, b"body") == rec
+
+
+def test_closed_subscriber_attaching_again_is_a_new_subscription() -> None:
+    """Issue 15 (a): closing ends the terminus (§2.6.6), not the identity: a new attach with
+    the same container-id and link name is owed new deliveries, and publishers wait for it."""
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    net.pump()
+    assert S1 in net.r["B"].view.closed
+    b1 = net.r["B"].subscriber_attached(S1, [], 2.0)  # elsewhere, same identity
+    net.pump()
+    for n in "AB":
+        assert S1 in net.r[n].view.known and S1 not in net.r[n].view.closed
+        assert not any(k.startswith(b"c/") for k in net.stores[n].data)
+    net.r["A"].publisher_attached(P, [], 3.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m1", 3.0)
+    net.pump()
+    t = outgoing_tag(*P, b"t1")
+    assert [(d[1], d[2]) for d in net.take("deliver")] == [(b1, t)]
+    assert net.take("accept") == []  # the publisher waits for the new subscription
+    net.r["B"].subscriber_accepted(b1, t, 3.0)
+    net.pump()
+    assert net.take("accept") == [("accept", P, b"t1")]
+    # a restart keeps it subscribed
+    assert S1 in net.start("A", 2).view.known
+
+
+def test_late_close_of_an_old_attachment_does_not_end_the_new_subscription() -> None:
+    # C hears S1's new attach at B before the close of its old one at A (different channels)
+    net = Net("ABC")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    b1 = net.r["B"].subscriber_attached(S1, [], 1.0)
+    late = [w for w in net.wire if w[0] == "A"]
+    net.wire = type(net.wire)(w for w in net.wire if w[0] != "A")
+    net.pump()
+    net.wire.extend(late)
+    net.pump()
+    for n in "ABC":
+        assert net.r[n].view.claims_of(S1)[0].att == b1, n
+        assert S1 in net.r[n].view.known, n
+    # closed again: a very late SUB of the first attachment is followed, on the same FIFO
+    # channel, by its UNSUB: the subscriber ends up closed
+    net.r["B"].subscriber_detached(b1, True, 2.0)
+    net.pump()
+    assert S1 not in net.r["C"].view.known
+    net.r["C"].receive("A", make("SUB", "", att=list(a1), sub=list(S1), map=[]), 3.0)
+    net.r["C"].receive("A", make("UNSUB", "", att=list(a1), sub=list(S1), closed=1), 3.0)
+    assert S1 not in net.r["C"].view.known and S1 in net.r["C"].view.closed
+
+
+def test_a_peer_lacking_the_guarantee_does_not_hold_tombstones() -> None:
+    """Issue 15 (b): C has no guarantee for the topic and answers PING with LACKING (the
+    embedding does, router/guarantee.py); A and B stop waiting for its PONG, log it once,
+    and report it."""
+    net = Net("AB")
+    for n in "AB":
+        net.r[n].router_up("C", 0.0)
+    net.wire.clear()  # the SUBS snapshots to C: nobody there to read them
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.r["B"].publisher_attached(P, [], 0.0)
+
+    def pump(now: float) -> None:
+        while net.wire:
+            src, dst, msg = net.wire.popleft()
+            if dst != "C":
+                net.r[dst].receive(src, msg, now)
+            elif msg["op"] == "PING":
+                net.r[src].receive("C", make("LACKING", ""), now)
+
+    pump(0.0)
+    for i in range(3):
+        t = outgoing_tag(*P, b"t%d" % i)
+        net.r["B"].publisher_transfer(P, b"t%d" % i, b"m", 0.0)
+        pump(0.0)
+        net.r["A"].subscriber_accepted(a1, t, 0.0)
+        pump(0.0)
+        net.r["B"].publisher_settled(P, b"t%d" % i, 0.0)
+        pump(0.0)
+        net.r["A"].subscriber_settled(a1, t, 0.0)
+        pump(0.0)
+    for now in (1.0, 2.0, 3.0):
+        for n in "AB":
+            net.r[n].tick(now)
+        pump(now)
+    assert net.r["A"].local_records() == {} and net.r["B"].origin_records() == {}
+    # A had tombstones waiting for the barrier, so it pinged C and learned; B had none
+    assert [net.r[n].lacking_routers() for n in "AB"] == [["C"], []]
+    assert [m for _, m in net.logs].count(
+        "A/: router C has no guarantee for this topic: configure it"
+    ) == 1
+    pings = [w for w in net.wire if w[1] == "C"]
+    assert pings == []  # no more PINGs to it
+
+
+def test_publisher_link_keeps_only_the_tags_of_its_attach_map() -> None:
+    """Issue 15 (c): the tags a publisher sent are kept only where ASK answers need them
+    (tags of its attach map), not for every message of the attachment."""
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].publisher_attached(P, [(b"old", False)], 0.0)
+    for i in range(100):
+        t = b"t%d" % i
+        net.r["A"].publisher_transfer(P, t, b"m", 0.0)
+        net.r["A"].subscriber_accepted(a1, outgoing_tag(*P, t), 0.0)
+        net.r["A"].publisher_settled(P, t, 0.0)
+    assert net.r["A"]._pubs[P].awaiting == {b"old"}  # asked to resend it
+    net.r["A"].publisher_transfer(P, b"old", b"m", 0.0)
+    assert net.r["A"]._pubs[P].awaiting == set()
+
+
+def test_no_ping_without_tombstones_and_idle_topic() -> None:
+    net = Net("AB")
+    assert net.r["A"].idle()
+    net.r["A"].tick(1.0)
+    assert net.wire == deque()  # nothing waits for a barrier: no PING
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    assert not net.r["A"].idle() and not net.r["B"].idle()  # B knows S1
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    net.pump()
+    assert net.r["A"].idle() and net.r["B"].idle()
+    assert net.r["A"].new_attachment_id() == ("A", 1, 2)
+    again = TopicRouter("A", Port(net, "A"), net.stores["A"], instance=1, first_att=2)
+    assert again.new_attachment_id() == ("A", 1, 3)  # made again: ids stay unique
+    assert S1 in again.view.closed
+
+
+def test_a_record_recovered_without_its_body_is_never_delivered_empty() -> None:
+    """Issue 15 (d): a store that holds a record's state but not its message (written by a
+    failed or older commit) must not make an empty delivery: the record forwards nothing
+    until its publisher resends the message."""
+    net = Net("AB")
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["B"].publisher_attached(P, [], 0.0)
+    net.r["B"].publisher_transfer(P, b"t1", b"m1", 0.0)
+    t = outgoing_tag(*P, b"t1")
+    net.wire.clear()  # B crashes before its FWD left
+    net.r["A"].subscriber_detached(a1, False, 0.5)
+    del net.stores["B"].data[b"m/" + t]
+    b = net.start("B", 2)
+    assert b.origin_records()[t].body is None
+    net.out.clear()
+    # the subscriber resumes at A reporting t unprocessed: a placeholder nobody may fill empty
+    net.r["A"].router_down("B", 1.0)
+    a2 = net.r["A"].subscriber_attached(S1, [(t, False)], 1.0)
+    net.r["A"].router_up("B", 1.0)
+    b.router_up("A", 1.0)
+    net.pump()
+    assert any(lvl == "error" and "no message body" in m for lvl, m in net.logs)
+    assert net.take("deliver") == []
+    b.publisher_attached(P, [(b"t1", False)], 2.0)
+    assert net.take("resend") == [("resend", P, [b"t1"])]
+    b.publisher_transfer(P, b"t1", b"m1", 2.0)
+    net.pump()
+    assert [(d[1], d[3]) for d in net.take("deliver")] == [(a2, b"m1")]
+    assert net.stores["B"].data[b"m/" + t] == b"m1"
+
+
+def test_ask_after_the_driver_finished_a_record_is_answered_settled() -> None:
+    """Issue 15 (f): the driver held a record of a tag in the publisher's attach map (so it
+    never asked for a resend), finished it and dropped it; an ex-driver asking then was told
+    "live" and forgot its own record, leaving subscribers only it knew with a delivery
+    nobody would ever settle. It is "settled" now."""
+    net = Net("AB")
+    net.r["A"].publisher_attached(P, [], 0.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m", 0.0)
+    a = net.start("A", 2)  # restarted: the record is back; the publisher returns with t1
+    a.router_up("B", 0.0)
+    a.publisher_attached(P, [(b"t1", False)], 0.0)
+    assert net.take("resend") == []  # it has the record: no resend
+    a.publisher_settled(P, b"t1", 0.0)
+    assert a.origin_records() == {}
+    net.wire.clear()
+    a.receive("B", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[]), 0.0)
+    answer = [m for _, dst, m in net.wire if dst == "B" and m["op"] == "ANSWER"]
+    assert [(a["live"], a["settled"]) for a in answer] == [([], [b"t1"])]
+
+
+def test_driver_takes_over_the_subscribers_an_ex_driver_owed() -> None:
+    """Issue 15 (f): an ex-driver's record may owe a delivery to a subscriber the driver's
+    record lacks (it subscribed in between); ASK carries them (`owed`) and the driver adds
+    them before it answers "live", so the settlement reaches that subscriber too."""
+    net = Net("AB")
+    t = outgoing_tag(*P, b"t1")
+    net.r["A"].publisher_attached(P, [], 0.0)
+    net.r["A"].publisher_transfer(P, b"t1", b"m", 0.0)  # nobody subscribed: no one owed
+    assert net.r["A"].origin_records()[t].subs == {}
+    ask = make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"t1", [[*S1, 1]]]])
+    net.r["A"].receive("B", ask, 0.0)
+    assert net.r["A"].origin_records()[t].subs == {S1: SubState.ACCEPTED}
+    net.r["A"].receive("B", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"x", 7], 3]), 0.0)
+    assert net.r["A"].origin_records()[t].subs == {S1: SubState.ACCEPTED}  # junk ignored
+
+
+def test_handed_over_subscriber_closed_here_waits_the_terminus_timeout() -> None:
+    """An ex-driver may hand over (ASK `owed`) a subscriber the driver still takes for
+    closed (the claim that re-opens it not yet arrived): it does not hold the publisher's
+    ACCEPTED back, and the settled record waits for it as for one in limbo."""
+    net = Net("AB", terminus_timeout=10.0)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 0.0)
+    net.pump()
+    t = outgoing_tag(*P, b"t1")
+    b = net.r["B"]
+    b.publisher_attached(P, [], 1.0)
+    b.publisher_transfer(P, b"t1", b"m", 1.0)
+    b.receive("A", make("ASK", "", pub=list(P), tags=[b"t1"], owed=[[b"t1", [[*S1, 0]]]]), 1.0)
+    assert b.origin_records()[t].subs == {S1: SubState.PENDING}
+    assert net.take("accept") == [("accept", P, b"t1")]  # closed here: it blocks nothing
+    b.publisher_settled(P, b"t1", 2.0)
+    b.tick(5.0)
+    assert t in b.origin_records()  # the re-opening claim may still come
+    b.tick(12.0)
+    assert b.origin_records() == {}

@@ -65,6 +65,23 @@ def test_schedules_do_fail_over() -> None:
     assert text.count("CRASHES") >= 20
     assert text.count("connection to") >= 20
     assert text.count("down") >= 20
+    assert text.count("CLOSES") >= 10  # subscribers close and subscribe again
+    assert text.count("-L0 up") >= 10  # meshes with a router lacking the guarantee
+
+
+@pytest.mark.parametrize("undone", ["reopen", "lacking"])
+def test_the_issue_15_fixes_are_needed(monkeypatch: pytest.MonkeyPatch, undone: str) -> None:
+    """Undo one fix and the schedules fail: a closed subscriber that attaches again must be
+    a new subscription (a); a router lacking the guarantee must not hold tombstones (b)."""
+    from router.eo.protocol import TopicRouter
+    from router.eo.view import SubscriberView
+
+    if undone == "reopen":
+        monkeypatch.setattr(SubscriberView, "reopen", lambda self, sub, att: False)
+    else:
+        monkeypatch.setattr(TopicRouter, "_on_lacking", lambda self, sender: None)
+    failed = first_failure(range(50), CI)
+    assert failed is not None, f"without the {undone} fix: no violation in 50 seeds"
 
 
 @pytest.mark.skipif(
