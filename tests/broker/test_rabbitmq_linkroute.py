@@ -1,0 +1,196 @@
+"""Link routes through a real RabbitMQ 3.10 (issue 17 item 3; docs/brokers.md "Link
+routes"): a client's link to /queue/... on the router is routed to the broker; the broker
+answers the attach, grants the credit and settles the outcomes, through the router.
+
+One broker serves the whole module (rabbitmq fixture); each test uses its own queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from proton import Delivery, Message, Timeout
+from proton.utils import LinkDetached
+
+from tests.broker.rabbitmq import RabbitMQ
+from tests.broker.test_rabbitmq_waypoint import DurableQueue, _receive, _send
+from tests.harness import HOST, retry
+from tests.management.tooling import ok
+
+_queues = itertools.count(1)
+
+
+def _queue(name: str) -> str:
+    return f"lr-{name}-{next(_queues)}-{int(time.time() * 1000) % 100000}"
+
+
+def routed_config(
+    broker: RabbitMQ, prefixes: tuple[str, ...] = ("/queue", "/amq/queue")
+) -> dict[str, Any]:
+    """A router with a connector to `broker` and link routes both ways for `prefixes`."""
+    return {
+        "connector": [
+            {"name": "rabbit", "role": "route-container", "host": HOST, "port": broker.port}
+        ],
+        "linkroute": [
+            {"prefix": p, "direction": d, "connection": "rabbit"}
+            for p in prefixes
+            for d in ("out", "in")
+        ],
+    }
+
+
+def _routes_active(r: Any) -> bool:
+    rows = ok("manage", "query", "--type", "linkRoute", "--url", r.url, "--json").json()
+    return bool(rows) and all(row["operStatus"] == "active" for row in rows)
+
+
+def _routed_links(r: Any) -> int:
+    rows = ok("manage", "query", "--type", "linkRoute", "--url", r.url, "--json").json()
+    return sum(int(row["links"]) for row in rows)
+
+
+def test_sender_through_link_route_gets_the_brokers_outcomes(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """A proton sender to /queue/Q on the router: the attach is answered with RabbitMQ's
+    target, the credit is RabbitMQ's (no consumer anywhere, yet credit), the outcomes are
+    RabbitMQ's ACCEPTED, and the messages are in the broker queue."""
+    q = _queue("out")
+    r = router("B", config=routed_config(broker_up))
+    retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
+    conn = blocking(r.url, timeout=20)
+    sender = conn.create_sender(f"/queue/{q}", options=DurableQueue())
+    assert sender.remote_target.address == f"/queue/{q}"
+    assert sender.remote_target.durability == sender.remote_target.CONFIGURATION
+    assert _routed_links(r) == 1
+    states = [
+        sender.send(Message(body=f"m{i}", durable=True), timeout=20).remote_state for i in range(20)
+    ]
+    assert set(states) == {Delivery.ACCEPTED}
+    assert _receive(blocking, broker_up.url, f"/queue/{q}", 20) == [f"m{i}" for i in range(20)]
+
+
+def test_receiver_through_link_route_receives_from_the_queue(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """Messages put on the queue directly reach a receiver attached through the router; a
+    RELEASED goes back to RabbitMQ, which delivers it again; the ACCEPTED ones leave the
+    queue (nothing left afterwards, read directly)."""
+    q = _queue("in")
+    assert set(_send(blocking, broker_up.url, f"/queue/{q}", ["a", "b", "c"])) == {
+        Delivery.ACCEPTED
+    }
+    r = router("B", config=routed_config(broker_up))
+    retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
+    conn = blocking(r.url, timeout=20)
+    receiver = conn.create_receiver(f"/queue/{q}", credit=1, options=DurableQueue())
+    assert receiver.remote_source.address == f"/queue/{q}"
+    first = receiver.receive(timeout=20)
+    assert first.body == "a"
+    receiver.release(delivered=False)  # back to the broker, which hands it out again
+    got = []
+    for _ in range(3):
+        got.append(receiver.receive(timeout=20).body)
+        receiver.accept()
+    assert sorted(got) == ["a", "b", "c"]
+    receiver.close()
+    direct = blocking(broker_up.url).create_receiver(
+        f"/queue/{q}", credit=1, options=DurableQueue()
+    )
+    with pytest.raises(Timeout):
+        direct.receive(timeout=1.0)
+
+
+def test_brokers_refusal_reaches_the_client(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """A receiver on /amq/queue/Q, a queue RabbitMQ does not have: RabbitMQ refuses it
+    (amqp:not-found) and the client's attach fails with that error, from the router."""
+    q = _queue("missing")
+    r = router("B", config=routed_config(broker_up))
+    retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
+    conn = blocking(r.url, timeout=20)
+    with pytest.raises(LinkDetached) as info:
+        conn.create_receiver(f"/amq/queue/{q}", credit=1)
+    assert "not-found" in str(info.value) or "not_found" in str(info.value).lower(), info.value
+    # the router and its other routed links are fine
+    sender = conn.create_sender(f"/queue/{q}", options=DurableQueue())
+    assert sender.send(Message(body="x", durable=True), timeout=20).remote_state == (
+        Delivery.ACCEPTED
+    )
+
+
+def test_broker_down_refuses_then_killed_detaches(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """The broker killed: routed client links are detached with an error
+    (amqp:link:detach-forced); a new attach while it is down is refused with amqp:not-found;
+    once it is back, attaches are routed again."""
+    q = _queue("kill")
+    r = router("B", config=routed_config(broker_up))
+    retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
+    conn = blocking(r.url, timeout=20)
+    sender = conn.create_sender(f"/queue/{q}", options=DurableQueue())
+    receiver = conn.create_receiver(f"/queue/{q}", credit=5, options=DurableQueue())
+    assert sender.send(Message(body="before", durable=True), timeout=20).remote_state == (
+        Delivery.ACCEPTED
+    )
+    assert receiver.receive(timeout=20).body == "before"
+    receiver.accept()
+    broker_up.kill()
+    for _ in range(3):  # the blocking connection raises once per detached link
+        try:
+            conn.wait(
+                lambda: (
+                    sender.link.remote_condition is not None
+                    and receiver.link.remote_condition is not None
+                ),
+                timeout=20,
+                msg="routed links not detached",
+            )
+            break
+        except LinkDetached:
+            continue
+    assert sender.link.remote_condition.name == "amqp:link:detach-forced"
+    assert receiver.link.remote_condition.name == "amqp:link:detach-forced"
+    retry(lambda: not _routes_active(r), timeout=10, message="route still active")
+    conn2 = blocking(r.url, timeout=20)
+    with pytest.raises(LinkDetached) as info:
+        conn2.create_sender(f"/queue/{q}", options=DurableQueue())
+    assert "amqp:not-found" in str(info.value)
+    broker_up.start()
+    retry(lambda: _routes_active(r), timeout=30, message="broker not connected again")
+    conn3 = blocking(r.url, timeout=20)
+    again = conn3.create_sender(f"/queue/{q}", options=DurableQueue())
+    assert again.send(Message(body="after", durable=True), timeout=20).remote_state == (
+        Delivery.ACCEPTED
+    )
+
+
+def test_link_route_made_at_run_time(broker_up: RabbitMQ, router: Any, blocking: Any) -> None:
+    """`qrouter-tool manage` creates the connector and a linkRoute; a sender is routed;
+    after DELETE linkRoute the address is the router's own again (no consumer: no credit)."""
+    q = _queue("rt")
+    r = router("B")
+    url = ["--url", r.url, "--json"]
+    ok(
+        "manage", "create", "--type", "connector", "--name", "rabbit", "role=route-container",
+        f"host={HOST}", f"port={broker_up.port}", *url,
+    )  # fmt: skip
+    row = ok(
+        "manage", "create", "--type", "linkRoute", "prefix=/queue", "direction=out",
+        "connection=rabbit", *url,
+    ).json()  # fmt: skip
+    assert (row["identity"], row["prefix"], row["direction"]) == ("linkRoute/0", "/queue", "out")
+    retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
+    assert set(_send(blocking, r.url, f"/queue/{q}", ["rt"])) == {Delivery.ACCEPTED}
+    ok("manage", "delete", "--type", "linkRoute", "--identity", "linkRoute/0", *url)
+    assert ok("manage", "query", "--type", "linkRoute", *url).json() == []
+    conn = blocking(r.url, timeout=20)
+    sender = conn.create_sender(f"/queue/{q}")
+    assert sender.remote_target.address == f"/queue/{q}"
+    assert sender.link.credit == 0  # the router's own address, with no consumer
