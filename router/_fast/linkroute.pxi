@@ -37,6 +37,9 @@ cdef int route_transfer(Link link, Delivery d, const uint8_t* data, Py_ssize_t n
     out.inbound = d
     out.presettled = d.presettled
     out.message_format = d.message_format
+    # 2.6.13: a resumed delivery goes on as one, with the state the producer gave it
+    out.resume = d.resume
+    out.send_state = d.remote_state_raw
     d.out = out
     if len(peer.pending) == 0 and peer.credit > 0 and \
             peer.session.remote_incoming_window > 0 and not peer.conn.write_paused:
