@@ -169,7 +169,9 @@ class LinkRouteConfig:
     prefix: str | None = None  # matches the address itself and what follows "." or "/"
     pattern: str | None = None  # "*" one token, "#" any number (tokens split on "." "/")
     direction: str = "out"
-    connection: str = ""  # the name of a connector with role route-container
+    # the name of a connector with role route-container; "": the broker is behind another
+    # router of the mesh (the one that advertises this route)
+    connection: str = ""
 
 
 @dataclass
@@ -558,11 +560,8 @@ def linkroute_from_table(key: str, table: Mapping[str, Any]) -> LinkRouteConfig:
             check_pattern(lr.pattern)
     except ValueError as exc:
         raise ConfigError(str(exc), key=key) from None
-    if "connection" not in table:
-        raise ConfigError("is required", key=f"{key}.connection")
-    lr.connection = _want_str(f"{key}.connection", table["connection"])
-    if not lr.connection:
-        raise ConfigError("must not be empty", key=f"{key}.connection")
+    if "connection" in table:
+        lr.connection = _want_str(f"{key}.connection", table["connection"])
     if "direction" not in table:
         raise ConfigError('is required ("in" or "out")', key=f"{key}.direction")
     lr.direction = _want_choice(f"{key}.direction", table["direction"], AUTOLINK_DIRECTIONS)
@@ -959,7 +958,7 @@ def _check_linkroutes(cfg: RouterConfig, origin: Callable[[str], _Origin]) -> No
                 key=f"linkroute[{i}]",
             )
         seen.add(key)
-        if lr.connection not in brokers:
+        if lr.connection and lr.connection not in brokers:
             raise ConfigError(
                 f"no connector named {lr.connection!r} with role route-container",
                 file=origin("linkroute")[0],

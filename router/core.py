@@ -379,7 +379,8 @@ class ConnectionHandler:
             return
         if self.inter_router:
             assert self.core.mesh is not None
-            self.core.mesh.on_attach(conn, link, fields)
+            if not self.core.linkroutes.on_any_attach(conn, link, fields):
+                self.core.mesh.on_attach(conn, link, fields)
             return
         if self.core.mesh is not None and link.is_sender:
             # it may be the address's first local consumer (checked after this iteration)
@@ -603,7 +604,8 @@ class ConnectionHandler:
             return
         if self.inter_router:
             assert self.core.mesh is not None
-            self.core.mesh.on_detach(conn, link)
+            if not self.core.linkroutes.on_detach(conn, link, closed, error):
+                self.core.mesh.on_detach(conn, link)
             return
         if self.core.linkroutes.on_client_detach(link, closed, error):
             return

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from router._fast.codec import Symbol
 from router._fast.engine import Link, route_pair, route_unpair, source_value, target_value
 from router.config import LinkRouteConfig
 
@@ -36,6 +37,12 @@ PASSED = (
     "properties",
 )
 GONE: tuple[str, str | None] = ("amqp:link:detach-forced", "the connection to the broker closed")
+MARK = "qrouter.linkroute"  # ATTACH property naming the route, between routers of the mesh
+
+
+def mesh_key(lr: LinkRouteConfig) -> str:
+    """The mobile address a router with the route's broker advertises in the mesh."""
+    return f"_linkroute/{lr.direction}/{lr.prefix or lr.pattern}"
 
 
 def _split(address: str) -> list[str]:
@@ -84,7 +91,7 @@ def matches(lr: LinkRouteConfig, address: str) -> bool:
 class Routed:
     """One routed link: the client's end and the broker's (both engine links)."""
 
-    route: LinkRouteConfig
+    route: LinkRouteConfig | None  # None: in transit here (no route configured)
     client: Link
     broker: Link | None = None
     answered: bool = False  # the client has had its ATTACH answer
@@ -97,6 +104,7 @@ class LinkRoutes:
         self.routes: list[LinkRouteConfig] = core.config.linkroutes
         self.created: set[int] = set()  # id(LinkRouteConfig) made by management
         self.active: set[Routed] = set()
+        self.advertised: set[str] = set()  # mesh keys of routes whose broker is up here
 
     def match(self, address: str, direction: str) -> LinkRouteConfig | None:
         for lr in self.routes:
@@ -121,34 +129,118 @@ class LinkRoutes:
         lr = self.match(address, direction)
         if lr is None:
             return False
-        bconn = self.core.brokers.conns.get(lr.connection)
-        if bconn is None or bconn.closed:
+        self._route(conn, link, fields, lr, mesh_key(lr), address)
+        return True
+
+    def claims_transit(self, conn: Connection, link: Link, fields: dict[str, Any]) -> bool:
+        """An ATTACH from a neighbour router for a link route (its properties name the route):
+        routed on, to the broker or to the next router toward it."""
+        props = fields.get("properties")
+        key = props.get(MARK) if isinstance(props, dict) else None
+        if not isinstance(key, str) or link.local_init:
+            return False
+        assert isinstance(props, dict)
+        rest = {k: v for k, v in props.items() if k != MARK}
+        fields = dict(fields, properties=rest or None)
+        lr = next((x for x in self.routes if x.connection and mesh_key(x) == key), None)
+        self._route(conn, link, fields, lr, key, key)
+        return True
+
+    def _route(
+        self,
+        conn: Connection,
+        link: Link,
+        fields: dict[str, Any],
+        lr: LinkRouteConfig | None,
+        key: str,
+        address: str,
+    ) -> None:
+        """Attach the other end: on the broker connection when this router has it, else on
+        the inter-router connection toward the nearest router that has (docs/brokers.md)."""
+        out: dict[str, Any] = {k: fields.get(k) for k in PASSED if fields.get(k) is not None}
+        target_conn = None
+        if lr is not None and lr.connection:
+            bconn = self.core.brokers.conns.get(lr.connection)
+            if bconn is not None and not bconn.closed:
+                target_conn = bconn
+        else:
+            target_conn = self._next_hop(key)
+            if target_conn is not None:
+                props = dict(out.get("properties") or {})
+                props[Symbol(MARK)] = key
+                out["properties"] = props
+        if target_conn is None:
             log.info(
-                "[C%d][L%d] link route %s %r: broker %r is not connected; refused",
+                "[C%d][L%d] link route %r: the broker is not reachable; refused",
                 conn.conn_id,
                 link.handle,
-                direction,
                 address,
-                lr.connection,
             )
             link.detach("amqp:not-found", f"link route to {address!r}: the broker is not connected")
-            return True
-        out: dict[str, Any] = {k: fields.get(k) for k in PASSED if fields.get(k) is not None}
+            return
         source, target = fields.get("source"), fields.get("target")
         out["source"] = source_value(source) if isinstance(source, dict) else None
         out["target"] = target_value(target) if isinstance(target, dict) else None
-        session = bconn.begin()
-        # the router's role on the broker's side is the opposite of its role toward the client
+        session = target_conn.begin()
+        # the router's role on the far side is the opposite of its role toward the client
         blink: Link = session.attach(link.name, not link.is_sender, out)
         r = Routed(lr, link, blink)
         link.info = r
         blink.info = r
         self.active.add(r)
         log.debug(
-            "[C%d][L%d] link route %s %r -> broker %r", conn.conn_id, link.handle, direction,
-            address, lr.connection,
+            "[C%d][L%d] link route %r -> [C%d]", conn.conn_id, link.handle, address,
+            target_conn.conn_id,
         )  # fmt: skip
-        return True
+
+    def _next_hop(self, key: str) -> Connection | None:
+        """The inter-router connection toward the nearest router advertising `key`."""
+        mesh = self.core.mesh
+        if mesh is None:
+            return None
+        best: tuple[int, Connection] | None = None
+        for router_id in mesh.remote.get(key, ()):
+            link_id = mesh.next_hop.get(router_id)
+            cost = mesh.cost.get(router_id)
+            peer = mesh.peers.get(link_id) if link_id is not None else None
+            if peer is None or cost is None or peer.conn.closed:
+                continue
+            if best is None or cost < best[0]:
+                best = (cost, peer.conn)
+        return best[1] if best is not None else None
+
+    def advertise(self) -> None:
+        """Tell the mesh which link routes reach a broker from here (a mobile address per
+        route while its broker connection is up), so other routers forward attaches here."""
+        mesh = self.core.mesh
+        if mesh is None:
+            return
+        up = set()
+        for lr in self.routes:
+            bconn = self.core.brokers.conns.get(lr.connection) if lr.connection else None
+            if bconn is not None and not bconn.closed:
+                up.add(mesh_key(lr))
+        for key in sorted(up - self.advertised):
+            mesh.engine.local_address_added(key)
+        for key in sorted(self.advertised - up):
+            mesh.engine.local_address_removed(key)
+        self.advertised = up
+
+    def on_any_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> bool:
+        """An inter-router connection's ATTACH: the answer for a routed link's far end, or a
+        neighbour's routed attach."""
+        r = link.info
+        if isinstance(r, Routed) and r.broker is link:
+            return self.on_broker_attach(conn, link, fields)
+        return self.claims_transit(conn, link, fields)
+
+    def on_detach(self, conn: Connection, link: Link, closed: bool, error: Any) -> bool:
+        r = link.info
+        if not isinstance(r, Routed):
+            return False
+        if r.broker is link:
+            return self.on_broker_detach(conn, link, closed, error)
+        return self.on_client_detach(link, closed, error)
 
     # -- the broker's side (router/core.py ConnectionHandler of the broker connection) ----
 
@@ -232,17 +324,23 @@ class LinkRoutes:
         self.routes.append(lr)
         if created:
             self.created.add(id(lr))
+        self.advertise()
 
     def remove(self, lr: LinkRouteConfig) -> None:
         """Links already routed stay routed until they detach."""
         self.routes[:] = [x for x in self.routes if x is not lr]
         self.created.discard(id(lr))
+        self.advertise()
 
     def rows(self) -> list[dict[str, Any]]:
         rows = []
         for i, lr in enumerate(self.routes):
-            bconn = self.core.brokers.conns.get(lr.connection)
-            up = bconn is not None and not bconn.closed
+            if lr.connection:
+                bconn = self.core.brokers.conns.get(lr.connection)
+                up = bconn is not None and not bconn.closed
+            else:  # through the mesh: a router with the broker advertises the route
+                mesh = self.core.mesh
+                up = mesh is not None and bool(mesh.remote.get(mesh_key(lr)))
             rows.append(
                 {
                     "identity": f"linkRoute/{i}",

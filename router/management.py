@@ -904,7 +904,7 @@ class ManagementNode:
             for c in self.core.config.connectors
             if c.role == "route-container"
         }
-        if lr.connection not in brokers:
+        if lr.connection and lr.connection not in brokers:
             raise ManagementError(
                 400, f"no connector named {lr.connection!r} with role route-container"
             )

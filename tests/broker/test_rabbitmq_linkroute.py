@@ -17,7 +17,7 @@ from proton.utils import LinkDetached
 
 from tests.broker.rabbitmq import RabbitMQ
 from tests.broker.test_rabbitmq_waypoint import DurableQueue, _receive, _send
-from tests.harness import HOST, retry
+from tests.harness import HOST, MeshRouter, retry
 from tests.management.tooling import ok
 
 _queues = itertools.count(1)
@@ -194,3 +194,33 @@ def test_link_route_made_at_run_time(broker_up: RabbitMQ, router: Any, blocking:
     sender = conn.create_sender(f"/queue/{q}")
     assert sender.remote_target.address == f"/queue/{q}"
     assert sender.link.credit == 0  # the router's own address, with no consumer
+
+
+def test_link_route_across_the_mesh(broker_up: RabbitMQ, router: Any, blocking: Any) -> None:
+    """Clients on router A, the broker on router B: A's [[linkroute]] names no connection,
+    B advertises the route while its broker is connected, and A forwards the attach to B
+    over the inter-router connection; outcomes, messages and refusals pass end to end."""
+    q = _queue("mesh")
+    b = router("B", cls=MeshRouter, config=routed_config(broker_up))
+    mesh_routes = [
+        {"prefix": p, "direction": d} for p in ("/queue", "/amq/queue") for d in ("out", "in")
+    ]
+    a = router("A", cls=MeshRouter, connect=[b.inter_port], config={"linkroute": mesh_routes})
+    retry(lambda: _routes_active(a), timeout=30, message="A does not see B's link routes")
+    conn = blocking(a.url, timeout=20)
+    sender = conn.create_sender(f"/queue/{q}", options=DurableQueue())
+    assert sender.remote_target.address == f"/queue/{q}"
+    states = [
+        sender.send(Message(body=f"x{i}", durable=True), timeout=20).remote_state for i in range(10)
+    ]
+    assert set(states) == {Delivery.ACCEPTED}
+    receiver = conn.create_receiver(f"/queue/{q}", credit=10, options=DurableQueue())
+    got = []
+    for _ in range(10):
+        got.append(receiver.receive(timeout=20).body)
+        receiver.accept()
+    assert got == [f"x{i}" for i in range(10)]
+    with pytest.raises(LinkDetached) as info:
+        conn.create_receiver(f"/amq/queue/{q}-missing", credit=1)
+    assert "not-found" in str(info.value), info.value
+    assert _routed_links(b) == 2  # B routed A's two links to the broker

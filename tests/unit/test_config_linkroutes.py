@@ -39,7 +39,6 @@ def test_linkroutes_are_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("table", "error"),
     [
-        ('prefix = "q"\ndirection = "out"\n', "connection"),
         ('prefix = "q"\nconnection = "rabbit"\n', "direction"),
         ('prefix = "q"\ndirection = "up"\nconnection = "rabbit"\n', "direction"),
         ('direction = "out"\nconnection = "rabbit"\n', "exactly one of prefix and pattern"),
@@ -52,6 +51,11 @@ def test_linkroutes_are_read(tmp_path: Path) -> None:
 def test_bad_linkroutes_are_refused(tmp_path: Path, table: str, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         _load(tmp_path, BROKER + "[[linkroute]]\n" + table)
+
+
+def test_a_route_without_connection_goes_through_the_mesh(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, '[[linkroute]]\nprefix = "q"\ndirection = "in"\n')
+    assert cfg.linkroutes == [LinkRouteConfig(prefix="q", direction="in")]  # type: ignore[attr-defined]
 
 
 def test_a_second_route_for_the_same_prefix_and_direction_is_refused(tmp_path: Path) -> None:
