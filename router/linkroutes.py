@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from router._fast.codec import Symbol
-from router._fast.engine import Link, route_pair, route_unpair, source_value, target_value
+from router._fast.engine import (
+    Link,
+    free_channels,
+    route_pair,
+    route_unpair,
+    source_value,
+    target_value,
+)
 from router.config import LinkRouteConfig
 
 if TYPE_CHECKING:
@@ -177,6 +184,22 @@ class LinkRoutes:
                 address,
             )
             link.detach("amqp:not-found", f"link route to {address!r}: the broker is not connected")
+            return
+        if free_channels(target_conn) <= 0:
+            # each routed link has a session of its own: the peer's channel-max bounds them
+            # (beyond it the peer would close the connection, and every link on it)
+            log.warning(
+                "[C%d] link route %r refused: no session left on [C%d] (channel-max %d)",
+                conn.conn_id,
+                address,
+                target_conn.conn_id,
+                target_conn.remote_channel_max,
+            )
+            link.detach(
+                "amqp:resource-limit-exceeded",
+                f"link route to {address!r}: the connection toward the broker has no session "
+                f"left (channel-max {target_conn.remote_channel_max})",
+            )
             return
         source, target = fields.get("source"), fields.get("target")
         out["source"] = source_value(source) if isinstance(source, dict) else None

@@ -89,3 +89,13 @@ cdef int route_credit(Link sender) except -1:
 
 cdef inline int64_t conn_capacity(Link link) noexcept:
     return link.conn.router.link_capacity
+
+
+def free_channels(Connection c not None):
+    """Sessions we may still begin on `c`: the peer's channel-max allows channels 0 to
+    channel-max (2.7.1); ours in use include those ended and not yet answered."""
+    cdef Py_ssize_t used = 0
+    for s in c.local_sessions:
+        if s is not None:
+            used += 1
+    return <Py_ssize_t>c.remote_channel_max + 1 - used

@@ -224,3 +224,42 @@ def test_link_route_across_the_mesh(broker_up: RabbitMQ, router: Any, blocking: 
         conn.create_receiver(f"/amq/queue/{q}-missing", credit=1)
     assert "not-found" in str(info.value), info.value
     assert _routed_links(b) == 2  # B routed A's two links to the broker
+
+
+def test_routed_links_are_bounded_by_the_brokers_channel_max(
+    broker_up: RabbitMQ, router: Any, blocking: Any
+) -> None:
+    """Each routed link has its own session toward the broker: past RabbitMQ's channel-max
+    an attach is refused with amqp:resource-limit-exceeded instead of the router breaking
+    the broker connection; the links already routed keep working, and a detached link's
+    session is given back."""
+    q = _queue("many")
+    r = router("B", config=routed_config(broker_up))
+    retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
+    conn = blocking(r.url, timeout=20)
+    senders = []
+    refusal = None
+    for i in range(150):
+        try:
+            senders.append(conn.create_sender(f"/queue/{q}", name=f"s{i}", options=DurableQueue()))
+        except LinkDetached as exc:
+            refusal = str(exc)
+            break
+    assert refusal is not None and "amqp:resource-limit-exceeded" in refusal, refusal
+    assert len(senders) >= 90  # RabbitMQ 3.10 offers channel-max 99
+    assert senders[0].send(Message(body="first", durable=True), timeout=20).remote_state == (
+        Delivery.ACCEPTED
+    )
+    for s in senders[-3:]:
+        s.close()
+
+    names = iter(range(1000, 1100))
+
+    def attach_again() -> bool:
+        try:
+            conn.create_sender(f"/queue/{q}", name=f"s{next(names)}", options=DurableQueue())
+        except LinkDetached:
+            return False
+        return True
+
+    retry(attach_again, timeout=20, message="no session given back")
