@@ -134,6 +134,7 @@ class Brokers:
         log.info(
             "[C%d] broker %r open (container %r)", conn.conn_id, name, conn.remote_container_id
         )
+        self.core.linkroutes.advertise()  # link routes through this broker are reachable
         asyncio.get_running_loop().call_soon(self._begin, conn, name)
 
     def _begin(self, conn: Connection, name: str) -> None:
@@ -257,6 +258,7 @@ class Brokers:
         for name, c in list(self.conns.items()):
             if c is conn:
                 del self.conns[name]
+        self.core.linkroutes.advertise()
         for key, link in list(self.links.items()):
             if link.conn is conn:
                 del self.links[key]

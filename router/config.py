@@ -170,12 +170,26 @@ class AutoLinkConfig:
 
 
 @dataclass
+class LinkRouteConfig:
+    """Links attached to matching addresses are routed to a broker (docs/brokers.md "Link
+    routes"): direction out, the clients' sending links; in, their receiving links."""
+
+    prefix: str | None = None  # matches the address itself and what follows "." or "/"
+    pattern: str | None = None  # "*" one token, "#" any number (tokens split on "." "/")
+    direction: str = "out"
+    # the name of a connector with role route-container; "": the broker is behind another
+    # router of the mesh (the one that advertises this route)
+    connection: str = ""
+
+
+@dataclass
 class RouterConfig:
     id: str = field(default_factory=_default_id)
     listeners: list[ListenerConfig] = field(default_factory=lambda: [ListenerConfig()])
     connectors: list[ConnectorConfig] = field(default_factory=list)
     addresses: list[AddressConfig] = field(default_factory=list)
     autolinks: list[AutoLinkConfig] = field(default_factory=list)
+    linkroutes: list[LinkRouteConfig] = field(default_factory=list)
     default_distribution: str = "balanced"
     oslo_preset: bool = True
     users_file: str | None = None
@@ -307,6 +321,7 @@ _ADDRESS_KEYS = (
     "prefix", "pattern", "distribution", "guarantee", "fallback", "dead_letter", "waypoint",
 )  # fmt: skip
 _AUTOLINK_KEYS = ("address", "direction", "connection", "external_address")
+_LINKROUTE_KEYS = ("prefix", "pattern", "direction", "connection")
 _CONNECTOR_KEYS = tuple(f.name for f in fields(ConnectorConfig))
 _TOP_KEYS = (
     "id",
@@ -339,6 +354,7 @@ _TOP_KEYS = (
     "connector",
     "address",
     "autolink",
+    "linkroute",
 )
 _LOG_KEYS = ("level", "format", "modules")
 
@@ -541,6 +557,30 @@ def autolink_from_table(key: str, table: Mapping[str, Any]) -> AutoLinkConfig:
     return al
 
 
+def linkroute_from_table(key: str, table: Mapping[str, Any]) -> LinkRouteConfig:
+    """One ``[[linkroute]]`` table (also the management node's CREATE linkRoute)."""
+    from router.addresses import check_pattern, normalize_prefix
+
+    _check_keys(key, table, _LINKROUTE_KEYS)
+    lr = LinkRouteConfig()
+    if ("prefix" in table) == ("pattern" in table):
+        raise ConfigError("needs exactly one of prefix and pattern", key=key)
+    try:
+        if "prefix" in table:
+            lr.prefix = normalize_prefix(_want_str(f"{key}.prefix", table["prefix"]))
+        else:
+            lr.pattern = _want_str(f"{key}.pattern", table["pattern"])
+            check_pattern(lr.pattern)
+    except ValueError as exc:
+        raise ConfigError(str(exc), key=key) from None
+    if "connection" in table:
+        lr.connection = _want_str(f"{key}.connection", table["connection"])
+    if "direction" not in table:
+        raise ConfigError('is required ("in" or "out")', key=f"{key}.direction")
+    lr.direction = _want_choice(f"{key}.direction", table["direction"], AUTOLINK_DIRECTIONS)
+    return lr
+
+
 def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
     _check_keys(None, doc, _TOP_KEYS)
     cfg = RouterConfig()
@@ -638,6 +678,9 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
     if "autolink" in doc:
         tables = _want_tables("autolink", doc["autolink"])
         cfg.autolinks = [autolink_from_table(f"autolink[{i}]", t) for i, t in enumerate(tables)]
+    if "linkroute" in doc:
+        tables = _want_tables("linkroute", doc["linkroute"])
+        cfg.linkroutes = [linkroute_from_table(f"linkroute[{i}]", t) for i, t in enumerate(tables)]
     return cfg
 
 
@@ -918,6 +961,29 @@ def _check_autolinks(cfg: RouterConfig, origin: Callable[[str], _Origin]) -> Non
             )
 
 
+def _check_linkroutes(cfg: RouterConfig, origin: Callable[[str], _Origin]) -> None:
+    """A link route names a connector with role route-container, once per direction."""
+    brokers = {
+        cc.name or f"{cc.host}:{cc.port}" for cc in cfg.connectors if cc.role == "route-container"
+    }
+    seen: set[tuple[str | None, str | None, str]] = set()
+    for i, lr in enumerate(cfg.linkroutes):
+        key = (lr.prefix, lr.pattern, lr.direction)
+        if key in seen:
+            raise ConfigError(
+                f"a second {lr.direction} link route for {lr.prefix or lr.pattern!r}",
+                file=origin("linkroute")[0],
+                key=f"linkroute[{i}]",
+            )
+        seen.add(key)
+        if lr.connection and lr.connection not in brokers:
+            raise ConfigError(
+                f"no connector named {lr.connection!r} with role route-container",
+                file=origin("linkroute")[0],
+                key=f"linkroute[{i}].connection",
+            )
+
+
 def _load_policy_file(path: str, where: _Origin) -> PolicyConfig:
     """A policy file: the keys of a ``[policy]`` table at its top level."""
     from router.policy import parse_policy  # policy imports this module
@@ -1139,4 +1205,5 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
 
     _cross_check(cfg, origin, listener_origins)
     _check_autolinks(cfg, origin)
+    _check_linkroutes(cfg, origin)
     return cfg

@@ -30,6 +30,7 @@ from router.journal import origin_id
 from router.limits import Limits
 from router.link_monitor import LinkMonitor
 from router.link_registry import AttachError, LinkRegistry, Terminus, TerminusPersistence
+from router.linkroutes import LinkRoutes
 from router.login_throttle import LoginThrottle
 from router.management import ManagementNode
 from router.policy import ConnInfo, Policy, Refusal
@@ -103,6 +104,8 @@ class Core:
         self.guarantees = Guarantees(self)
         # connectors to brokers and their autolinks (router/brokers.py)
         self.brokers = Brokers(self)
+        # links routed to brokers (router/linkroutes.py)
+        self.linkroutes = LinkRoutes(self)
         health = getattr(persistence, "health", None)
         if health is not None:  # a failed store commit is retried (router/store_health.py)
             health.retries += [self.engine.retry_commit, self.guarantees.retry]
@@ -380,11 +383,13 @@ class ConnectionHandler:
 
     def on_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> None:
         if self.broker:
-            self.core.brokers.on_attach(conn, link, fields)
+            if not self.core.linkroutes.on_broker_attach(conn, link, fields):
+                self.core.brokers.on_attach(conn, link, fields)
             return
         if self.inter_router:
             assert self.core.mesh is not None
-            self.core.mesh.on_attach(conn, link, fields)
+            if not self.core.linkroutes.on_any_attach(conn, link, fields):
+                self.core.mesh.on_attach(conn, link, fields)
             return
         if self.core.mesh is not None and link.is_sender:
             # it may be the address's first local consumer (checked after this iteration)
@@ -393,6 +398,8 @@ class ConnectionHandler:
             return
         try:
             self._check_policy(conn, link, fields)
+            if self.core.linkroutes.claims(conn, link, fields):
+                return  # routed to a broker (router/linkroutes.py)
             key = self.core.registry.key_for(conn.remote_container_id, link.name, link.is_sender)
             if link.is_sender:
                 self._attach_consumer(key, link, fields)
@@ -601,11 +608,15 @@ class ConnectionHandler:
 
     def on_detach(self, conn: Connection, link: Link, closed: bool, error: Any) -> None:
         if self.broker:
-            self.core.brokers.on_detach(conn, link, error)
+            if not self.core.linkroutes.on_broker_detach(conn, link, closed, error):
+                self.core.brokers.on_detach(conn, link, error)
             return
         if self.inter_router:
             assert self.core.mesh is not None
-            self.core.mesh.on_detach(conn, link)
+            if not self.core.linkroutes.on_detach(conn, link, closed, error):
+                self.core.mesh.on_detach(conn, link)
+            return
+        if self.core.linkroutes.on_client_detach(link, closed, error):
             return
         if self.core.mesh is not None and link.is_sender:
             self.core.mesh.touch(link)  # it may be the address's last local consumer

@@ -118,7 +118,6 @@ def _error(
 # -- conversion --------------------------------------------------------------------------------
 
 _UNSUPPORTED_ENTITIES = {
-    "linkRoute": "link routes are not in qrouter yet",
     "policy": "Dispatch's policy (vhosts) is not in qrouter; use [policy] (docs/configuration.md)",
     "vhost": "Dispatch's vhost policy is not in qrouter; use [policy] (docs/configuration.md)",
     "exchange": "exchanges are not in qrouter",
@@ -173,6 +172,7 @@ class _Converter:
             "connector": self.connector,
             "address": self.address,
             "autoLink": self.autolink,
+            "linkRoute": self.linkroute,
             "log": self.log,
             "sslProfile": lambda s: None,
         }
@@ -322,6 +322,27 @@ class _Converter:
             },
         )
 
+    def linkroute(self, s: Section) -> None:
+        """linkRoute (docs/brokers.md "Link routes"). Dispatch's direction names the flow
+        into / out of the router (in: client senders); qrouter's, as for autolinks, names it
+        relative to the broker (out: client senders): the words are swapped."""
+        self.append(
+            s,
+            "linkroute",
+            {
+                "name": _label,
+                "prefix": _to("prefix"),
+                "pattern": _to("pattern"),
+                "direction": _to("direction", _swapped_direction),
+                "dir": _to("direction", _swapped_direction),
+                "connection": _to("connection"),
+                "distribution": _link_balanced,
+                "containerId": _never("qrouter's link routes name a connector (connection)"),
+                "addExternalPrefix": _never("prefix rewriting is not in qrouter"),
+                "delExternalPrefix": _never("prefix rewriting is not in qrouter"),
+            },
+        )
+
     def log(self, s: Section) -> None:
         module = s.attributes.get("module", ("", s.line))[0]
         if module != "DEFAULT":
@@ -431,6 +452,15 @@ def _connector_role(s: Section, attribute: str, value: str, table: dict[str, Any
             f"role {value!r}: qrouter's connectors are inter-router or route-container"
         )
     table["role"] = value
+
+
+def _swapped_direction(value: str) -> str:
+    return {"in": "out", "out": "in"}[_direction(value)]
+
+
+def _link_balanced(s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:
+    if value != "linkBalanced":  # Dispatch's only one (and its default)
+        raise ValueError(f"distribution {value!r}: link routes are linkBalanced")
 
 
 def _direction(value: str) -> str:

@@ -536,6 +536,8 @@ class Mesh:
             self._apply_address(address)
 
     def _apply_address(self, address: str) -> None:
+        if address.startswith("_linkroute/"):
+            return  # a link route's advertisement (router/linkroutes.py): no message links
         # per neighbour (connection): the nearest router with consumers behind it, and the
         # origins whose multicast copies it may carry
         via: dict[int, tuple[int, set[str]]] = {}

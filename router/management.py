@@ -39,6 +39,7 @@ from router.config import (
     ListenerConfig,
     autolink_from_table,
     connector_from_table,
+    linkroute_from_table,
     listener_from_table,
 )
 from router.log import tag
@@ -220,6 +221,15 @@ class ManagementNode:
                     create=self.create_autolink,
                     delete=self.delete_autolink,
                     doc="links kept attached to broker queues ([[autolink]], docs/brokers.md)",
+                ),
+                EntityType(
+                    "linkRoute",
+                    LINKROUTE_ATTRIBUTES,
+                    lambda: self.core.linkroutes.rows(),
+                    _ops("CREATE", "DELETE"),
+                    create=self.create_linkroute,
+                    delete=self.delete_linkroute,
+                    doc="links routed to brokers ([[linkroute]], docs/brokers.md)",
                 ),
                 EntityType(
                     "address",
@@ -881,6 +891,40 @@ class ManagementNode:
         rows = self.core.brokers.autolink_rows()
         return Response(201, "Created", rows[-1])
 
+    def create_linkroute(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        """CREATE linkRoute: prefix or pattern, direction (in / out), connection (a connector
+        with role route-container). Links attached from then on are routed."""
+        settings = {k: v for k, v in attrs.items() if k not in ("name", "identity", "type")}
+        try:
+            lr = linkroute_from_table("linkRoute", settings)
+        except ConfigError as exc:
+            raise ManagementError(400, str(exc)) from None
+        brokers = {
+            c.name or f"{c.host}:{c.port}"
+            for c in self.core.config.connectors
+            if c.role == "route-container"
+        }
+        if lr.connection and lr.connection not in brokers:
+            raise ManagementError(
+                400, f"no connector named {lr.connection!r} with role route-container"
+            )
+        key = (lr.prefix, lr.pattern, lr.direction)
+        if any((x.prefix, x.pattern, x.direction) == key for x in self.core.linkroutes.routes):
+            raise ManagementError(409, f"a link route {lr.direction} {lr.prefix or lr.pattern!r}")
+        self.core.linkroutes.add(lr)
+        log.info("link route %s %r created by management", lr.direction, lr.prefix or lr.pattern)
+        return Response(201, "Created", self.core.linkroutes.rows()[-1])
+
+    def delete_linkroute(self, row: dict[str, Any]) -> Reply:
+        """DELETE linkRoute: links attached later are not routed; routed ones stay."""
+        index = int(str(row["identity"]).rpartition("/")[2])
+        routes = self.core.linkroutes.routes
+        if not 0 <= index < len(routes):
+            raise ManagementError(404, f"no linkRoute {row['identity']!r}")
+        self.core.linkroutes.remove(routes[index])
+        log.info("link route %r deleted by management", row["name"])
+        return Response(204, "No Content")
+
     def delete_autolink(self, row: dict[str, Any]) -> Reply:
         """DELETE autoLink: its link is detached from the broker queue."""
         index = int(str(row["identity"]).rpartition("/")[2])
@@ -1317,6 +1361,10 @@ LISTENER_ATTRIBUTES = (
 )  # fmt: skip
 CONNECTOR_ATTRIBUTES = (
     "identity", "name", "host", "port", "role", "cost", "connection", "connected",
+)  # fmt: skip
+LINKROUTE_ATTRIBUTES = (
+    "identity", "name", "prefix", "pattern", "direction", "connection", "operStatus", "links",
+    "origin",
 )  # fmt: skip
 AUTOLINK_ATTRIBUTES = (
     "identity", "name", "address", "direction", "connection", "external_address", "operStatus",

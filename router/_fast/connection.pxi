@@ -1031,6 +1031,7 @@ cdef class Connection:
 
     cdef int on_end(self, Session s, dict f) except -1:
         cdef bint refused = s.ended           # we sent our END already (limits.pxi)
+        s.end_error = f.get("error")
         self.end_session(s)
         if not refused:
             self.write_frame(FRAME_AMQP, s.channel, D_END, {})
@@ -1039,12 +1040,14 @@ cdef class Connection:
     cdef int end_session(self, Session s) except -1:
         cdef Link link
         s.ended = True                        # the handler sees why its links went away
-        for link in list(s.links.values()):
+        for link in list(s.links.values()) + list(s.attaching.values()):
+            # (attaching: ours, unanswered, e.g. a broker refusing one with END)
             if link.state != LINK_DETACHED:
                 link.state = LINK_DETACHED
                 link.lost()
                 self.handler.on_detach(self, link, False, None)
         s.links.clear()
+        s.attaching.clear()
         self.sessions.pop(s.remote_channel, None)
         if s.channel < len(self.local_sessions):
             self.local_sessions[s.channel] = None
@@ -1244,6 +1247,8 @@ cdef class Connection:
             link.address.forward(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2:
                 link.address.grant()
+        elif link.route_peer is not None:
+            route_transfer(link, d, payload, plen)     # linkroute.pxi
         elif link.state == LINK_ATTACHED:
             self.router.route_anonymous(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2 and link.state == LINK_ATTACHED:
@@ -1310,6 +1315,8 @@ cdef class Connection:
                     self.write_flow(s, link, False)
                 elif echo:
                     self.write_flow(s, link, False)
+                if link.route_peer is not None:
+                    route_credit(link)        # linkroute.pxi: the producer gets the same
             elif echo:
                 self.write_flow(s, link, False)
         elif echo:

@@ -22,6 +22,7 @@ cdef class Session:
     cdef dict attaching                      # (name, router is sender) -> Link we attached
     cdef readonly bint ended
     cdef readonly bint mapped                # the peer's BEGIN is known (2.5.2)
+    cdef readonly object end_error           # the error of the peer's END (2.7.7), if any
 
     def __cinit__(self):
         self.links = {}
@@ -61,6 +62,15 @@ cdef class Session:
         self.attaching[(name, sender)] = link
         self.conn.write_frame(FRAME_AMQP, self.channel, D_ATTACH, fields)
         return link
+
+    def end(self):
+        """End the session from our side (2.5.5; link routes end the session of a routed
+        link with it); the peer's END answers."""
+        if self.ended:
+            return
+        self.ended = True                    # frames on it are ignored until the peer's END
+        self.conn.write_frame(FRAME_AMQP, self.channel, D_END, {})
+        self.conn.touch()
 
     cdef uint32_t alloc_handle(self, Link link):
         cdef Py_ssize_t i
@@ -127,6 +137,8 @@ cdef class Link:
     cdef public bint transit_ok
     cdef public frozenset valid_origins
     # --- end mesh ---
+    # link routes (linkroute.pxi): the link on the other connection this one is paired with
+    cdef readonly Link route_peer
 
     def __cinit__(self):
         self.pending = []

@@ -66,9 +66,7 @@ def test_a_router_runs_from_a_qdrouterd_conf(tmp_path: Path, blocking: Any) -> N
 
 def test_an_unsupported_entity_stops_the_start(tmp_path: Path) -> None:
     conf = tmp_path / "qdrouterd.conf"
-    conf.write_text(
-        (CONF % {"port": free_port()}) + "linkRoute {\n    prefix: queue.\n    direction: in\n}\n"
-    )
+    conf.write_text((CONF % {"port": free_port()}) + "exchange {\n    name: e\n}\n")
     done = subprocess.run(
         [sys.executable, "-m", "router", "start", "--config", str(conf)],
         env={**_env(), "PATH": "/usr/bin:/bin"},
@@ -78,7 +76,7 @@ def test_an_unsupported_entity_stops_the_start(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode != 0
-    errors = [line for line in done.stderr.splitlines() if "linkRoute" in line]
+    errors = [line for line in done.stderr.splitlines() if "exchange" in line]
     assert errors == [
-        f"qrouter: error: {conf}:19: linkRoute: not supported: link routes are not in qrouter yet"
+        f"qrouter: error: {conf}:19: exchange: not supported: exchanges are not in qrouter"
     ], done.stderr

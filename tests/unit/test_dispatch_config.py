@@ -135,6 +135,7 @@ listener {
 linkRoute {
     prefix: queue.
     direction: in
+    containerId: broker1
 }
 autoLink { address: q dir: in containerId: broker1 }
 policy { maxConnections: 10 }
@@ -150,11 +151,11 @@ log {
         f"{path}:2: router.mode: mode 'edge' is not in qrouter (standalone and interior are)",
         f"{path}:3: router.workerThreads: attribute not supported by qrouter",
         f"{path}:7: listener.maxSessions: attribute not supported by qrouter",
-        f"{path}:9: linkRoute: not supported: link routes are not in qrouter yet",
-        f"{path}:13: autoLink.containerId: qrouter's autolinks name a connector (connection)",
-        f"{path}:14: policy: not supported: Dispatch's policy (vhosts) is not in qrouter; "
+        f"{path}:12: linkRoute.containerId: qrouter's link routes name a connector (connection)",
+        f"{path}:14: autoLink.containerId: qrouter's autolinks name a connector (connection)",
+        f"{path}:15: policy: not supported: Dispatch's policy (vhosts) is not in qrouter; "
         "use [policy] (docs/configuration.md)",
-        f"{path}:16: log.module: only module DEFAULT maps to qrouter's [log] (got 'ROUTER_CORE')",
+        f"{path}:17: log.module: only module DEFAULT maps to qrouter's [log] (got 'ROUTER_CORE')",
     ]  # one line per refusal, none dropped
 
 
@@ -196,4 +197,24 @@ autoLink { addr: orders dir: in connection: broker }
     ] == [
         ("orders", "out", "broker", "/queue/orders"),
         ("orders", "in", "broker", None),
+    ]
+
+
+def test_link_routes_convert_with_the_direction_words_swapped(tmp_path: Path) -> None:
+    """docs/brokers.md "Link routes": Dispatch's linkRoute `in` is client senders, qrouter's
+    `out` (messages toward the broker); a route without connection goes through the mesh."""
+    text = """\
+connector { name: broker role: route-container host: 127.0.0.1 port: amqp }
+linkRoute { prefix: /queue direction: in connection: broker }
+linkRoute { pattern: orders.* dir: out connection: broker distribution: linkBalanced }
+linkRoute {
+    prefix: remote
+    direction: in
+}
+"""
+    cfg = load_config(write(tmp_path, text))
+    assert [(lr.prefix, lr.pattern, lr.direction, lr.connection) for lr in cfg.linkroutes] == [
+        ("/queue", None, "out", "broker"),
+        (None, "orders.*", "in", "broker"),
+        ("remote", None, "out", ""),
     ]
