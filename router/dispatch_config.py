@@ -323,9 +323,8 @@ class _Converter:
         )
 
     def linkroute(self, s: Section) -> None:
-        """linkRoute (docs/brokers.md "Link routes"). Dispatch's direction names the flow
-        into / out of the router (in: client senders); qrouter's, as for autolinks, names it
-        relative to the broker (out: client senders): the words are swapped."""
+        """linkRoute (docs/brokers.md "Link routes"); direction has Dispatch's meaning (in:
+        client senders, out: client receivers)."""
         self.append(
             s,
             "linkroute",
@@ -333,8 +332,8 @@ class _Converter:
                 "name": _label,
                 "prefix": _to("prefix"),
                 "pattern": _to("pattern"),
-                "direction": _to("direction", _swapped_direction),
-                "dir": _to("direction", _swapped_direction),
+                "direction": _to("direction", _direction),
+                "dir": _to("direction", _direction),
                 "connection": _to("connection"),
                 "distribution": _link_balanced,
                 "containerId": _never("qrouter's link routes name a connector (connection)"),
@@ -452,10 +451,6 @@ def _connector_role(s: Section, attribute: str, value: str, table: dict[str, Any
             f"role {value!r}: qrouter's connectors are inter-router or route-container"
         )
     table["role"] = value
-
-
-def _swapped_direction(value: str) -> str:
-    return {"in": "out", "out": "in"}[_direction(value)]
 
 
 def _link_balanced(s: Section, attribute: str, value: str, table: dict[str, Any]) -> None:

@@ -125,8 +125,9 @@ class LinkRoutes:
         """A client's ATTACH to a link-routed address: routed (or refused); True if so."""
         if not self.routes:
             return False
-        # the client receives on a link where the router sends: direction in
-        direction = "in" if link.is_sender else "out"
+        # Dispatch's words, from the router's side: a client sender's messages come in
+        # (direction in), a client receiver's go out (the router's link is the sender)
+        direction = "out" if link.is_sender else "in"
         terminus = fields.get("source" if link.is_sender else "target")
         if not isinstance(terminus, dict) or terminus.get("dynamic"):
             return False

@@ -182,10 +182,10 @@ def test_link_route_made_at_run_time(broker_up: RabbitMQ, router: Any, blocking:
         f"host={HOST}", f"port={broker_up.port}", *url,
     )  # fmt: skip
     row = ok(
-        "manage", "create", "--type", "linkRoute", "prefix=/queue", "direction=out",
+        "manage", "create", "--type", "linkRoute", "prefix=/queue", "direction=in",
         "connection=rabbit", *url,
     ).json()  # fmt: skip
-    assert (row["identity"], row["prefix"], row["direction"]) == ("linkRoute/0", "/queue", "out")
+    assert (row["identity"], row["prefix"], row["direction"]) == ("linkRoute/0", "/queue", "in")
     retry(lambda: _routes_active(r), timeout=20, message="broker not connected")
     assert set(_send(blocking, r.url, f"/queue/{q}", ["rt"])) == {Delivery.ACCEPTED}
     ok("manage", "delete", "--type", "linkRoute", "--identity", "linkRoute/0", *url)

@@ -200,9 +200,9 @@ autoLink { addr: orders dir: in connection: broker }
     ]
 
 
-def test_link_routes_convert_with_the_direction_words_swapped(tmp_path: Path) -> None:
-    """docs/brokers.md "Link routes": Dispatch's linkRoute `in` is client senders, qrouter's
-    `out` (messages toward the broker); a route without connection goes through the mesh."""
+def test_link_routes_convert_with_dispatchs_direction(tmp_path: Path) -> None:
+    """docs/brokers.md "Link routes": `in` is client senders in both (Dispatch's meaning);
+    a route without connection goes through the mesh."""
     text = """\
 connector { name: broker role: route-container host: 127.0.0.1 port: amqp }
 linkRoute { prefix: /queue direction: in connection: broker }
@@ -214,7 +214,7 @@ linkRoute {
 """
     cfg = load_config(write(tmp_path, text))
     assert [(lr.prefix, lr.pattern, lr.direction, lr.connection) for lr in cfg.linkroutes] == [
-        ("/queue", None, "out", "broker"),
-        (None, "orders.*", "in", "broker"),
-        ("remote", None, "out", ""),
+        ("/queue", None, "in", "broker"),
+        (None, "orders.*", "out", "broker"),
+        ("remote", None, "in", ""),
     ]
