@@ -14,15 +14,18 @@ from router.config import load_config
 
 def test_router_config_is_a_waypoint_with_an_autolink_each_way(tmp_path: Path) -> None:
     f = tmp_path / "r.toml"
-    f.write_text(router_toml(5999, "bench.w"))
+    f.write_text(router_toml(5999, ["bench.w.0", "bench.w.1"]))
     cfg = load_config(str(f))
     (cc,) = cfg.connectors
     assert (cc.name, cc.role, cc.host, cc.port) == ("broker", "route-container", "127.0.0.1", 5999)
     links = sorted((a.direction, a.address, a.queue, a.connection) for a in cfg.autolinks)
     assert links == [
-        ("in", "bench.w", "/queue/bench.w", "broker"),
-        ("out", "bench.w", "/queue/bench.w", "broker"),
+        ("in", "bench.w.0", "/queue/bench.w.0", "broker"),
+        ("in", "bench.w.1", "/queue/bench.w.1", "broker"),
+        ("out", "bench.w.0", "/queue/bench.w.0", "broker"),
+        ("out", "bench.w.1", "/queue/bench.w.1", "broker"),
     ]
+    assert [a.waypoint for a in cfg.addresses] == [True, True]
 
 
 def test_a_run_through_a_queue_is_as_fast_as_its_slower_end() -> None:

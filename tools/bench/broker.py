@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from run import Bench, Row, Run  # type: ignore[import-not-found]
 
-ADDRESS = "bench.waypoint"  # the router's waypoint address; its queue: /queue/ADDRESS
+# every run its own queue, so that nothing a run left behind reaches the next one's receiver:
+# run k through the router sends to the waypoint address ADDRESS.k (its queue /queue/ADDRESS.k),
+# direct to DIRECT_QUEUE.k
+ADDRESS = "bench.waypoint"
 DIRECT_QUEUE = "/queue/bench.direct"
 TARGET = 0.90  # issue 17: the routers add at most 10% to the broker-only rate
 # terminus-durability 1 on the clients' links too (amqp_load.c), as the router's autolinks
@@ -39,19 +42,21 @@ SETTLE_S = 2.0  # after the router starts: its connector and both autolinks atta
 MAX_COUNT = 50_000
 
 
-def router_toml(broker_port: int, address: str = ADDRESS) -> str:
-    """The router's configuration: a route-container connector to the broker, the address a
-    waypoint, one autolink each way on /queue/ADDRESS."""
-    links = "".join(
-        f'[[autolink]]\naddress = "{address}"\ndirection = "{d}"\nconnection = "broker"\n'
-        f'external_address = "/queue/{address}"\n\n'
-        for d in ("out", "in")
-    )
-    return (
+def router_toml(broker_port: int, addresses: list[str]) -> str:
+    """The router's configuration: a route-container connector to the broker, each address a
+    waypoint with one autolink each way on /queue/ADDRESS."""
+    text = (
         '[[connector]]\nname = "broker"\nrole = "route-container"\n'
         f'host = "127.0.0.1"\nport = {broker_port}\n\n'
-        f'[[address]]\nprefix = "{address}"\nwaypoint = true\n\n' + links
     )
+    for address in addresses:
+        text += f'[[address]]\nprefix = "{address}"\nwaypoint = true\n\n'
+        text += "".join(
+            f'[[autolink]]\naddress = "{address}"\ndirection = "{d}"\nconnection = "broker"\n'
+            f'external_address = "/queue/{address}"\n\n'
+            for d in ("out", "in")
+        )
+    return text
 
 
 def pipeline_rate(sender_rate: float, receiver_rate: float) -> float:
@@ -100,7 +105,8 @@ def broker(b: Bench, run: ModuleType) -> Row | None:
     conf = b.cfg.logs / "broker.toml"
     try:
         rabbit.start()
-        conf.write_text(router_toml(rabbit.port))
+        runs = 2 * b.cfg.repeat + 1  # a warm-up, then repeat at full speed, repeat at --rate
+        conf.write_text(router_toml(rabbit.port, [f"{ADDRESS}.{k}" for k in range(runs)]))
         with run.Router(b.cfg.logs, name, "--config", str(conf)) as router:
             return _measure(b, run, rabbit.port, router, name)
     except (run.BenchError, AssertionError) as e:
@@ -115,9 +121,9 @@ def _measure(b: Bench, run: ModuleType, broker_port: int, router: object, name: 
     time.sleep(SETTLE_S)
     env = {**os.environ, **CLIENT_ENV}
 
-    def once(routed: bool, count: int, rate: int = 0) -> Run:
+    def once(routed: bool, k: int, count: int, rate: int = 0) -> Run:
         port = router.port if routed else broker_port  # type: ignore[attr-defined]
-        addr = ADDRESS if routed else DIRECT_QUEUE
+        addr = f"{ADDRESS if routed else DIRECT_QUEUE}.{k}"
         cpu0 = router.cpu_s() if routed else 0.0  # type: ignore[attr-defined]
         r = run.run_load(b.cfg, port, addr, count=count, rate=rate, env=env)
         if routed:
@@ -127,16 +133,16 @@ def _measure(b: Bench, run: ModuleType, broker_port: int, router: object, name: 
         return r
 
     for routed in (False, True):  # warm-up: both queues declared, the links attached
-        once(routed, 1000)
+        once(routed, 0, 1000)
     full: dict[bool, list[Run]] = {False: [], True: []}
     timed: dict[bool, list[Run]] = {False: [], True: []}
     rate = b.cfg.rate
-    for _ in range(b.cfg.repeat):
+    for k in range(1, b.cfg.repeat + 1):
         for routed in (False, True):
-            full[routed].append(once(routed, min(b.cfg.count, MAX_COUNT)))
-    for _ in range(b.cfg.repeat):
+            full[routed].append(once(routed, k, min(b.cfg.count, MAX_COUNT)))
+    for k in range(b.cfg.repeat + 1, 2 * b.cfg.repeat + 1):
         for routed in (False, True):
-            timed[routed].append(once(routed, b.count(rate), rate))
+            timed[routed].append(once(routed, k, b.count(rate), rate))
     direct = b.median("broker direct (RabbitMQ)", full[False], None)
     routed_row = b.median(name, full[True], direct)
     ldirect = b.median(f"broker direct @{rate}/s", timed[False], None, rate=rate)
