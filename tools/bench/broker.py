@@ -16,12 +16,14 @@ receiver measures (a timestamp in the body): what the router adds to p50 and p99
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from run import Bench, Row, Run  # type: ignore[import-not-found]
@@ -31,6 +33,14 @@ if TYPE_CHECKING:
 # direct to DIRECT_QUEUE.k
 ADDRESS = "bench.waypoint"
 DIRECT_QUEUE = "/queue/bench.direct"
+DIRECT = "broker direct (RabbitMQ)"
+ROUTED = "broker via router (waypoint)"
+# the routed layouts, each its own router: (row name, address prefix, TOML before the rest);
+# the second with a larger link capacity, the most credit an in-autolink gives the broker
+LAYOUTS = (
+    (ROUTED, ADDRESS, ""),
+    (f"{ROUTED}, link_capacity 1000", ADDRESS + "1000", "link_capacity = 1000\n\n"),
+)
 TARGET = 0.90  # issue 17: the routers add at most 10% to the broker-only rate
 # terminus-durability 1 on the clients' links too (amqp_load.c), as the router's autolinks
 # attach: RabbitMQ then declares both queues alike (durable; the messages are not persistent)
@@ -94,65 +104,74 @@ def unavailable(checkout: Path | None) -> str | None:
 
 
 def broker(b: Bench, run: ModuleType) -> Row | None:
-    """Appends the direct rows to the table and returns the last routed one."""
-    name = "broker via router (waypoint)"
+    """Appends the other rows to the table and returns the last one."""
+    name = ROUTED
     reason = unavailable(run.CHECKOUT)
     if reason:
         return run.Row(name, note=f"skipped: {reason}")
     from tests.broker.rabbitmq import RabbitMQ
 
     rabbit = RabbitMQ(Path(tempfile.mkdtemp(prefix="rabbitmq-", dir=b.cfg.logs)))
-    conf = b.cfg.logs / "broker.toml"
+    runs = 2 * b.cfg.repeat + 1  # a warm-up, then repeat at full speed, repeat at --rate
     try:
         rabbit.start()
-        runs = 2 * b.cfg.repeat + 1  # a warm-up, then repeat at full speed, repeat at --rate
-        conf.write_text(router_toml(rabbit.port, [f"{ADDRESS}.{k}" for k in range(runs)]))
-        with run.Router(b.cfg.logs, name, "--config", str(conf)) as router:
-            return _measure(b, run, rabbit.port, router, name)
+        with contextlib.ExitStack() as stack:
+            routers = []
+            for label, prefix, extra in LAYOUTS:  # each its own queues (two routers on one
+                conf = b.cfg.logs / f"broker-{prefix}.toml"  # queue would split its messages)
+                conf.write_text(
+                    extra + router_toml(rabbit.port, [f"{prefix}.{k}" for k in range(runs)])
+                )
+                router = stack.enter_context(run.Router(b.cfg.logs, label, "--config", str(conf)))
+                routers.append((label, prefix, router))
+            return _measure(b, run, rabbit.port, routers)
     except (run.BenchError, AssertionError) as e:
         return run.Row(name, note=f"failed: {e}"[:300])
     finally:
         rabbit.stop()
 
 
-def _measure(b: Bench, run: ModuleType, broker_port: int, router: object, name: str) -> Row:
-    import time
-
+def _measure(b: Bench, run: ModuleType, broker_port: int, routers: list[Any]) -> Row:
     time.sleep(SETTLE_S)
     env = {**os.environ, **CLIENT_ENV}
+    # the layouts: (row name, address prefix, router or None for the broker alone)
+    layouts = [(DIRECT, DIRECT_QUEUE, None)] + [(n, p, r) for n, p, r in routers]
 
-    def once(routed: bool, k: int, count: int, rate: int = 0) -> Run:
-        port = router.port if routed else broker_port  # type: ignore[attr-defined]
-        addr = f"{ADDRESS if routed else DIRECT_QUEUE}.{k}"
-        cpu0 = router.cpu_s() if routed else 0.0  # type: ignore[attr-defined]
-        r = run.run_load(b.cfg, port, addr, count=count, rate=rate, env=env)
-        if routed:
-            router.check()  # type: ignore[attr-defined]
-            r.router_cpu_s = router.cpu_s() - cpu0  # type: ignore[attr-defined]
+    def once(prefix: str, router: Any, k: int, count: int, rate: int = 0) -> Run:
+        port = router.port if router else broker_port
+        cpu0 = router.cpu_s() if router else 0.0
+        r = run.run_load(b.cfg, port, f"{prefix}.{k}", count=count, rate=rate, env=env)
+        if router:
+            router.check()
+            r.router_cpu_s = router.cpu_s() - cpu0
         r.rate = pipeline_rate(r.rate, r.recv_rate)
         return r
 
-    for routed in (False, True):  # warm-up: both queues declared, the links attached
-        once(routed, 0, 1000)
-    full: dict[bool, list[Run]] = {False: [], True: []}
-    timed: dict[bool, list[Run]] = {False: [], True: []}
-    rate = b.cfg.rate
+    for _, prefix, router in layouts:  # warm-up: the queues declared, the links attached
+        once(prefix, router, 0, 1000)
+    full: dict[str, list[Run]] = {n: [] for n, _, _ in layouts}
+    timed: dict[str, list[Run]] = {n: [] for n, _, _ in layouts}
+    rate, count = b.cfg.rate, min(b.cfg.count, MAX_COUNT)
     for k in range(1, b.cfg.repeat + 1):
-        for routed in (False, True):
-            full[routed].append(once(routed, k, min(b.cfg.count, MAX_COUNT)))
+        for n, prefix, router in layouts:
+            full[n].append(once(prefix, router, k, count))
     for k in range(b.cfg.repeat + 1, 2 * b.cfg.repeat + 1):
-        for routed in (False, True):
-            timed[routed].append(once(routed, k, b.count(rate), rate))
-    direct = b.median("broker direct (RabbitMQ)", full[False], None)
-    routed_row = b.median(name, full[True], direct)
-    ldirect = b.median(f"broker direct @{rate}/s", timed[False], None, rate=rate)
-    lrouted = b.median(f"{name} @{rate}/s", timed[True], None, rate=rate)
-    routed_row.router_rss_mib = router.rss_kib() / 1024  # type: ignore[attr-defined]
+        for n, prefix, router in layouts:
+            timed[n].append(once(prefix, router, k, b.count(rate), rate))
+    direct = b.median(DIRECT, full[DIRECT], None)
+    ldirect = b.median(f"{DIRECT} @{rate}/s", timed[DIRECT], None, rate=rate)
     direct.note = direct.note or (
-        f"producer → queue → consumer, unsettled, {min(b.cfg.count, MAX_COUNT):,} msgs a run; "
-        "the next row's × direct is of this row"
+        f"producer → queue → consumer, unsettled, {count:,} msgs a run; "
+        "the routed rows' × direct is of this row"
     )
-    routed_row.note = routed_row.note or compare_note(direct, routed_row)
-    lrouted.note = lrouted.note or compare_note(direct, routed_row, (ldirect, lrouted))
-    b.rows += [direct, routed_row, ldirect]
-    return lrouted
+    rows = [direct, ldirect]
+    for n, _, router in routers:
+        row = b.median(n, full[n], direct)
+        lrow = b.median(f"{n} @{rate}/s", timed[n], None, rate=rate)
+        row.router_rss_mib = router.rss_kib() / 1024
+        row.note = row.note or compare_note(direct, row)
+        lrow.note = lrow.note or compare_note(direct, row, (ldirect, lrow))
+        rows += [row, lrow]
+    b.rows += rows[:-1]
+    last: Row = rows[-1]
+    return last
