@@ -221,6 +221,10 @@ class Brokers:
         else:
             # in: a producer of phase 1, credited from the consumers' credit (address.pxi)
             link.bind(PHASE1 + al.address, DISTRIBUTION_CODES[distribution])
+            # RabbitMQ 3.10 sends what its queue had already handed to the link after a FLOW
+            # of ours lowered the credit (2.6.7 asks the sender to stay within it): up to the
+            # credit granted before, at most the link capacity; more is still an error
+            link.overshoot = self.core.config.link_capacity
         log.info(
             "[C%d][L%d] autolink %s %r <-> queue %r attached",
             conn.conn_id,

@@ -363,6 +363,7 @@ cdef class Connection:
         self.out.w_uint(WINDOW_MAX)
         s.window_base = s.next_incoming_id
         if link is not None:
+            link.overshot = 0
             self.out.w_uint(link.handle)
             self.out.w_uint(link.delivery_count)
             self.out.w_uint(<uint32_t>(link.credit if link.credit > 0 else 0))
@@ -1167,12 +1168,15 @@ cdef class Connection:
             if not settled and unsettled_refused(link):
                 return 0
             if link.credit <= 0:
-                if link.revoked <= 0:
+                if link.revoked > 0:
+                    # 2.6.7: sent under credit the router took back (revoke) before its FLOW
+                    # reached the peer: legitimate; it is routed (or released) like any other
+                    link.revoked -= 1
+                elif link.overshot < link.overshoot:
+                    link.overshot += 1        # a broker's bounded overshoot (link.pxi)
+                else:
                     return link_error(link, "amqp:link:transfer-limit-exceeded",
                                       "transfer without credit")
-                # 2.6.7: sent under credit the router took back (revoke) before its FLOW
-                # reached the peer: legitimate; it is routed (or released) like any other
-                link.revoked -= 1
                 link.credit += 1
             link.credit -= 1
             link.delivery_count += 1

@@ -102,6 +102,10 @@ cdef class Link:
     cdef readonly Address address            # None: anonymous relay (per-message `to`)
     cdef readonly int64_t credit             # sender: consumer's credit; receiver: ours granted
     cdef int64_t revoked                     # receiver: revoked credit the peer may still use
+    # receiver: transfers past its credit taken from the peer after each FLOW of ours, at most
+    # `overshoot` (0 but for broker autolinks, router/brokers.py); `overshot`: used since
+    cdef public int64_t overshoot
+    cdef int64_t overshot
     cdef int64_t waiting                     # receiver: its deliveries in address queues
     cdef readonly uint32_t delivery_count
     cdef bint drain

@@ -366,3 +366,20 @@ def test_frame_with_extended_header(core) -> None:  # type: ignore[no-untyped-de
     assert [m.body for _, m in receive(rcv)] == ["ext"]
     assert frame(None) == b"\x00\x00\x00\x08\x02\x00\x00\x00"
     assert begin_frame()  # helper sanity
+
+
+def test_transfers_past_credit_within_a_links_overshoot(core) -> None:  # type: ignore[no-untyped-def]
+    """A broker's in-autolink (router/brokers.py sets `overshoot`; RabbitMQ 3.10 sends what
+    its queue had handed over after a FLOW lowered the credit): transfers past the credit are
+    taken, at most `overshoot` of them after each FLOW of the router; the next is still
+    amqp:link:transfer-limit-exceeded (2.6.7)."""
+    raw = _raw_producer(core, "no-consumer-overshoot")
+    (link,) = raw.conn.links()
+    assert link.overshoot == 0  # a client's link: no slack (test_transfer_without_credit)
+    link.overshoot = 2
+    for i in range(2):
+        raw.feed(transfer_frame(0, i, b"t%d" % i, message_bytes("x"), settled=True))
+    assert not [f for f in raw.frames if f.name == "detach"]
+    raw.feed(transfer_frame(0, 2, b"t2", message_bytes("x"), settled=True))
+    (detach,) = [f for f in raw.frames if f.name == "detach"]
+    assert detach.error()[0] == "amqp:link:transfer-limit-exceeded"

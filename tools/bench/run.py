@@ -74,6 +74,7 @@ class Run:
     p99: int
     router_cpu_s: float | None = None
     p999: int = 0
+    recv_rate: float = 0.0  # the slowest receiver's: messages over its first → last arrival
 
 
 @dataclass
@@ -284,6 +285,7 @@ def run_load(
     durable: bool = False,
     recv_ports: list[int] | None = None,
     attach_wait: float = 0.0,
+    env: dict[str, str] | None = None,
 ) -> Run:
     """Start the receiver(s), then the sender; wait (bounded) for all of them. The sender
     connects to `send_port` when given (another router of a mesh), else to `port`; receiver i
@@ -296,7 +298,8 @@ def run_load(
     send.append(str(rate))
     procs: list[subprocess.Popen[str]] = []
     # AMQP_LOAD_DURABLE: the clients ask for unsettled-state durability (our copy of the tool)
-    env = {**os.environ, "AMQP_LOAD_DURABLE": "1"} if durable else None
+    if durable:
+        env = {**(env or os.environ), "AMQP_LOAD_DURABLE": "1"}
     try:
         for i in range(receivers):
             rport = str(ports[i % len(ports)])
@@ -350,6 +353,7 @@ def run_load(
         p90=int(worst["p90"]),
         p99=int(worst["p99"]),
         p999=int(worst.get("p99.9", 0)),
+        recv_rate=min(float(r["rate"]) for r in recvs),
     )
 
 
@@ -770,6 +774,16 @@ def sweep(b: Bench) -> None:
     )
 
 
+def broker(b: Bench) -> Row | None:
+    """Issue 17: producer → router → RabbitMQ queue → router → consumer beside the same
+    clients on the broker directly (broker.py); skipped when RabbitMQ is not installed."""
+    import importlib
+
+    module = importlib.import_module(f"{__package__}.broker" if __package__ else "broker")
+    row: Row | None = module.broker(b, sys.modules[__name__])
+    return row
+
+
 def idle_connections(b: Bench) -> Row:
     n = b.cfg.idle_n
     try:
@@ -919,6 +933,7 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "mesh-exactly-once-lmdb": pubsub("exactly-once", "lmdb"),
     "latency": latency,
     "sweep": sweep,
+    "broker": broker,
     "idle-conn": idle_connections,
     "idle-link": idle_links,
     "idle10k": idle10k,
@@ -1010,7 +1025,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--scenarios",
         default="all",
-        help=f"comma-separated, or all (but sweep): {', '.join(SCENARIOS)}",
+        help=f"comma-separated, or all (but sweep, broker): {', '.join(SCENARIOS)}",
     )
     p.add_argument("--count", type=int, default=200_000, help="messages per run")
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
@@ -1026,7 +1041,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.abuse_kinds:
         global ABUSE_KINDS
         ABUSE_KINDS = args.abuse_kinds
-    every = [n for n in SCENARIOS if n != "sweep"]  # the sweep takes minutes: only when named
+    # the sweep and the broker scenario take minutes (the broker one a RabbitMQ): only when named
+    every = [n for n in SCENARIOS if n not in ("sweep", "broker")]
     names = every if args.scenarios == "all" else args.scenarios.split(",")
     if unknown := [n for n in names if n not in SCENARIOS]:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
