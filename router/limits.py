@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from router.conn_rate import ConnectionRate
+from router.host_control_rate import HostControlRate
 
 log = logging.getLogger("qrouter.limits")
 
@@ -55,6 +56,12 @@ class LimitsConfig:
     # connection_rate_burst; past it a connection is reset as soon as it is accepted
     max_connection_rate_per_host: int = 20
     connection_rate_burst: int = 40
+    # control frames a second from all the client connections of one remote host together,
+    # loopback included, in bursts of control_rate_per_host_burst; charged alongside
+    # max_control_rate, with the same slow-down (router/host_control_rate.py). 4 connections'
+    # worth of max_control_rate: a host opening its links at start-up is not slowed
+    max_control_rate_per_host: int = 2_000
+    control_rate_per_host_burst: int = 4_000
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(LimitsConfig))
@@ -74,6 +81,7 @@ NAMES: dict[str, str] = {
     "expiry_never": "expiry_never",
     "control_rate": "max_control_rate",
     "connection_rate_per_host": "max_connection_rate_per_host",
+    "control_rate_per_host": "max_control_rate_per_host",
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -92,6 +100,9 @@ DESCRIPTIONS: dict[str, str] = {
     "BEGIN...); past it the router reads the peer more slowly",
     "connection_rate_per_host": "new connections a second from one remote host (in bursts of "
     "connection_rate_burst); past it a connection is reset when accepted",
+    "control_rate_per_host": "control frames a second from all the client connections of one "
+    "remote host (in bursts of control_rate_per_host_burst); past it the router reads them "
+    "more slowly",
 }
 
 
@@ -131,6 +142,9 @@ class Limits:
         self.admitted: dict[Any, tuple[str, str]] = {}
         self.rate = ConnectionRate(
             config.max_connection_rate_per_host, config.connection_rate_burst
+        )
+        self.control = HostControlRate(
+            config.max_control_rate_per_host, config.control_rate_per_host_burst
         )
 
     def accept(self, host: str) -> bool:

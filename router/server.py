@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from router._fast.engine import Connection
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, RouterConfig
 from router.core import Core
+from router.host_control_rate import ControlBucket
 from router.management import RunningListener, listener_names
 from router.tls import server_context
 
@@ -38,7 +39,9 @@ class AmqpProtocol(asyncio.Protocol):
     loop iteration (`Router.flush`, scheduled with `loop.call_soon`), or at once after a
     small read (FLUSH_NOW_BYTES)."""
 
-    __slots__ = ("core", "listener", "conn", "timer", "tick_remote", "rate", "tokens", "filled")
+    __slots__ = (
+        "core", "listener", "conn", "timer", "tick_remote", "rate", "tokens", "filled", "host_rate",
+    )  # fmt: skip
 
     def __init__(self, core: Core, listener: ListenerConfig) -> None:
         self.core = core
@@ -50,6 +53,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.rate = 0 if listener.role == "inter-router" else core.config.limits.max_control_rate
         self.tokens = float(self.rate)
         self.filled = 0.0
+        self.host_rate: ControlBucket | None = None  # limits.max_control_rate_per_host
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -57,6 +61,8 @@ class AmqpProtocol(asyncio.Protocol):
             # limits.max_connection_rate_per_host: closed without a byte read (conn_rate.py)
             self.core.limits.rate.refuse(transport)
             return
+        if peer and self.listener.role != "inter-router":
+            self.host_rate = self.core.limits.control.bucket(str(peer[0]))
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
@@ -87,7 +93,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn.feed(data)
         if len(data) <= FLUSH_NOW_BYTES:
             self.core.engine.flush()
-        over = bool(self.rate) and self._spend()  # charged whether or not it yielded
+        over = self._spend()  # charged whether or not it yielded
         if self.conn.yielded or over:
             self._yield()
         if self.conn.remote_idle_timeout_ms != self.tick_remote:
@@ -97,8 +103,13 @@ class AmqpProtocol(asyncio.Protocol):
         """Take the control frames of the last feed from the bucket; True when it is empty."""
         assert self.conn is not None
         used = self.conn.control_used
-        if not used and self.tokens >= 0:
-            return False
+        # the host's bucket (host_control_rate.py): only a connection that sent control
+        # frames waits for it, one that sends messages only is not slowed by its neighbours
+        host = used > 0 and self.host_rate is not None and self.host_rate.spend(used)
+        if host:
+            self.core.limits.refused["control_rate_per_host"] += 1
+        if not self.rate or (not used and self.tokens >= 0):
+            return host
         now = asyncio.get_running_loop().time()
         if self.filled:
             self.tokens = min(float(self.rate), self.tokens + (now - self.filled) * self.rate)
@@ -106,7 +117,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.tokens -= used
         if self.tokens < 0 and used:
             self.core.limits.refused["control_rate"] += 1
-        return self.tokens < 0
+        return self.tokens < 0 or host
 
     def _yield(self) -> None:
         """The engine stopped after CONTROL_BUDGET control frames, or the peer spent its
@@ -116,8 +127,11 @@ class AmqpProtocol(asyncio.Protocol):
         assert self.conn is not None and self.conn.transport is not None
         self.conn.transport.pause_reading()
         loop = asyncio.get_running_loop()
-        if self.tokens < 0:
-            loop.call_later(-self.tokens / self.rate, self._go_on)
+        wait = -self.tokens / self.rate if self.rate and self.tokens < 0 else 0.0
+        if self.host_rate is not None:
+            wait = max(wait, self.host_rate.wait())
+        if wait > 0:
+            loop.call_later(wait, self._go_on)
         else:
             loop.call_soon(self._go_on)
 
@@ -126,7 +140,7 @@ class AmqpProtocol(asyncio.Protocol):
         if conn is None or conn.closed or conn.transport is None:
             return
         conn.feed(b"")
-        over = bool(self.rate) and self._spend()
+        over = self._spend()
         if conn.yielded or over:
             self._yield()
         elif not conn.closed:

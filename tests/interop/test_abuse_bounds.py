@@ -6,6 +6,7 @@ its connection, so the rest of it is never read; one host's new connections are 
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 from router._fast.codec import UInt
@@ -143,3 +144,61 @@ def test_connection_rate_per_host(router: Any) -> None:
             return _answer(s) == AMQP_HEADER
 
     retry(again, timeout=10)
+
+
+def _attaches(peer: SocketPeer, first: int, n: int, prefix: str) -> None:
+    """`n` sender links on one connection, in one write (handles first..first+n-1)."""
+    peer.send(
+        b"".join(
+            attach_frame(f"{prefix}-{h}", h, sender=True, address=f"{prefix}.{h}")
+            for h in range(first, first + n)
+        )
+    )
+
+
+def _answered(peer: SocketPeer, n: int) -> None:
+    """The router has answered `n` ATTACHes on `peer` (bounded wait)."""
+    peer.wait(lambda f: sum(g.code == ATTACH for g in peer.frames) >= n, timeout=30)
+
+
+def test_control_rate_per_host(router: Any) -> None:
+    """limits.max_control_rate_per_host: the control frames of all of one host's connections
+    share one bucket. Two connections whose attaches are each within the burst, but not
+    together, meet the limit; the host is read more slowly (the attaches take at least the
+    time the rate allows) and every attach is still answered; another host is not counted."""
+    mport = free_port()
+    r = router(
+        extra_args=[
+            "--metrics", f"127.0.0.1:{mport}",
+            "--limit", "max_control_rate=0",  # the per-connection rate off: only the host's
+            "--limit", "max_control_rate_per_host=50",
+            "--limit", "control_rate_per_host_burst=200",
+        ]
+    )  # fmt: skip
+    retry(lambda: scrape(mport), timeout=10)
+    # another host (127.0.0.5): 2 connections x 60 control frames, within its own burst
+    calm = [SocketPeer(r.port, f"calm-{i}", source="127.0.0.5") for i in range(2)]
+    for peer in calm:
+        _attaches(peer, 0, 60, "calm")
+    for peer in calm:
+        _answered(peer, 60)
+    assert exceeded(mport, "control_rate_per_host") == 0
+    assert exceeded(mport, "control_rate") == 0
+
+    # one host (127.0.0.4): 2 connections x 400 attaches; 800 frames at 50/s past a burst of
+    # 200 need 12 s less what the last feeds of up to 32 frames (server.CONTROL_BUDGET) each
+    # take before they are charged: more than 8 s however fast the machine
+    busy = [SocketPeer(r.port, f"busy-{i}", source="127.0.0.4") for i in range(2)]
+    start = time.monotonic()
+    for peer in busy:
+        _attaches(peer, 0, 400, "busy")
+    for peer in busy:
+        _answered(peer, 400)  # nothing dropped: every attach answered
+    elapsed = time.monotonic() - start
+    assert exceeded(mport, "control_rate_per_host") > 0
+    assert exceeded(mport, "control_rate") == 0
+    assert elapsed > 8.0, elapsed  # a lower bound: only a missing limit makes this fail
+    assert not any(f.code in (DETACH, CLOSE) for p in busy for f in p.frames)
+    round_trip(r.port, "q", "other-host")  # 127.0.0.1: its own bucket, full
+    for peer in calm + busy:
+        peer.close()
