@@ -1,4 +1,4 @@
-"""Build the Cython wire engine (router/_fast). Metadata lives in pyproject.toml."""
+"""Build the Cython wire engine (qrouter/_fast). Metadata lives in pyproject.toml."""
 
 import os
 
@@ -36,8 +36,8 @@ if DEBUG:
 
 extensions = [
     Extension(
-        f"router._fast.{name}",
-        [f"router/_fast/{name}.pyx"],
+        f"qrouter._fast.{name}",
+        [f"qrouter/_fast/{name}.pyx"],
         extra_compile_args=(["-O2"] if not DEBUG else ["-O0", "-g"]) + fuzz_flags,
         extra_link_args=fuzz_flags,
         define_macros=macros,

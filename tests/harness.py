@@ -1,7 +1,7 @@
 """One harness for tests that run real router processes.
 
 Modelled on skupper-router's ``tests/system_test.py``: every router is a real
-``python -m router start`` process, started in the test's own folder, listening
+``python -m qrouter start`` process, started in the test's own folder, listening
 on free loopback ports only. Its output goes to a log file in that folder; the
 test checks the exit status it expects when it stops the router, and the log
 tail is printed whenever something goes wrong (early exit, bad exit status, a
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 HOST = "127.0.0.1"
-# The root of the work tree: the router runs from it so `python -m router`
+# The root of the work tree: the router runs from it so `python -m qrouter`
 # imports this checkout (with its in-place built extensions), not an older
 # installed copy.
 ROOT = Path(__file__).resolve().parent.parent
@@ -341,7 +341,7 @@ class Router(Process):
         self.router_id = router_id or name
         self.config_file: Path | None = None
 
-        args = [sys.executable, "-m", "router", "start", "--log-level", log_level]
+        args = [sys.executable, "-m", "qrouter", "start", "--log-level", log_level]
         if self.config or any(lst.options for lst in self.listeners):
             self.config_file = Path(directory) / f"{name}.toml"
             Path(directory).mkdir(parents=True, exist_ok=True)

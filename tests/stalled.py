@@ -16,7 +16,7 @@ from typing import Any
 
 from proton import Message
 from proton.reactor import AtMostOnce
-from router._fast.codec import UInt, decode
+from qrouter._fast.codec import UInt, decode
 
 from tests.clients import Handler, _Timer
 from tests.engine.pump import (

@@ -9,9 +9,9 @@ from typing import Any
 import click
 from qrouter_tools.management_commands import COMMANDS, OPTION_NAMES, connection_options
 
-from router import __version__
-from router.auth import UserDB
-from router.config import ConfigError
+from qrouter import __version__
+from qrouter.auth import UserDB
+from qrouter.config import ConfigError
 
 
 def _fail(message: str) -> None:

@@ -1,4 +1,4 @@
-"""A client of a router's ``$management`` node (router/management.py), on python-qpid-proton's
+"""A client of a router's ``$management`` node (qrouter/management.py), on python-qpid-proton's
 BlockingConnection: a receiver with a dynamic source is the reply address, a sender to
 ``$management`` carries the requests.
 

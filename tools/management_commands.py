@@ -255,8 +255,8 @@ def links(
 
 
 def _offline_links(store_name: str | None, store_path: str | None, as_json: bool) -> None:
-    from stores import StoreError, backend_class, open_store
-    from stores.termini import load_termini, termini_summary
+    from qrouter.stores import StoreError, backend_class, open_store
+    from qrouter.stores.termini import load_termini, termini_summary
 
     if not store_name or not store_path:
         _fail("--store and --store-path go together")

@@ -13,7 +13,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from router.journal import (  # noqa: E402
+from qrouter.journal import (  # noqa: E402
     JournalError,
     JournalWriter,
     origin_id,

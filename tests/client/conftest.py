@@ -1,4 +1,4 @@
-"""Client API tests: the asyncio client (router/client.py) against real router processes."""
+"""Client API tests: the asyncio client (qrouter/client.py) against real router processes."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import asyncio
 import os
 import sys
 
-from router.client import Client
+from qrouter.client import Client
 
 TOPIC = "events"
 OPTS = {"backoff": (0.05, 0.5), "reconnect_timeout": 60.0, "connect_timeout": 5.0}

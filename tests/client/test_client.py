@@ -1,4 +1,4 @@
-"""The asyncio client (router/client.py) against a real router process: send/receive,
+"""The asyncio client (qrouter/client.py) against a real router process: send/receive,
 exactly-once, outcomes, the router's OPEN, reconnect over a list of URLs, refusal, stealing,
 and interop with python-qpid-proton through the router."""
 
@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from router._fast.codec import Symbol
+from qrouter._fast.codec import Symbol
 
-from router.client import Client, ConnectError, LinkDetached, Message
+from qrouter.client import Client, ConnectError, LinkDetached, Message
 from tests.client.conftest import run
 from tests.clients import pump_until
 from tests.harness import free_port

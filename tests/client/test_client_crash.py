@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import stores
+from qrouter import stores
 from tests.client.conftest import DEFAULT_TEST_TIMEOUT
 from tests.harness import Process, retry
 from tests.tools_alias import alias_tools_package

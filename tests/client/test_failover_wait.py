@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from router.client import Client
+from qrouter.client import Client
 from tests.client.conftest import run, wait_until
 
 OPTS: dict[str, Any] = {"backoff": (0.05, 0.2), "reconnect_timeout": 60.0, "connect_timeout": 1.0}

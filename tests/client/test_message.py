@@ -1,4 +1,4 @@
-"""router.message against python-qpid-proton's Message.encode()/decode(), both ways
+"""qrouter.message against python-qpid-proton's Message.encode()/decode(), both ways
 (AMQP 1.0 part 3.2)."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from router._fast.codec import DecodeError, Symbol
+from qrouter._fast.codec import DecodeError, Symbol
 
-from router.message import Message, decode_message, encode_message
+from qrouter.message import Message, decode_message, encode_message
 
 proton = pytest.importorskip("proton", reason="the reference peer is python-qpid-proton")
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-import stores
-from router.client import Client, Message, Outcome, Received
+from qrouter import stores
+from qrouter.client import Client, Message, Outcome, Received
 from tests.client.conftest import run, wait_until
 from tests.harness import free_port
 
@@ -262,7 +262,7 @@ def test_records_of_a_killed_router(router: Any, tmp_path: Path, store: str) -> 
     """What a SIGKILLed router left in the store for messages a consumer holds unsettled: each
     producer delivery's record under an id of the router's (ascending, so batches append),
     with the producer's tag inside; each copy's record names that record as its origin."""
-    from stores.termini import load_termini
+    from qrouter.stores.termini import load_termini
 
     crashes = Crashes(router, tmp_path, store)
 

@@ -1,4 +1,4 @@
-"""The client's §2.6.13 reconciliation (router/client_links.py) driven with fake engine
+"""The client's §2.6.13 reconciliation (qrouter/client_links.py) driven with fake engine
 links: what a Sender resends and how, what a Receiver yields, re-sends and forgets."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from router._fast.codec import Described, ULong, encode
+from qrouter._fast.codec import Described, ULong, encode
 
-from router.client_links import Receiver, Sender, _terminus
-from router.client_states import ACCEPTED, REJECTED
-from router.client_store import ClientStore
-from router.message import encode_message
+from qrouter.client_links import Receiver, Sender, _terminus
+from qrouter.client_states import ACCEPTED, REJECTED
+from qrouter.client_store import ClientStore
+from qrouter.message import encode_message
 from tests.client.conftest import run
 
 ACC = Described(ULong(0x24), [])
@@ -165,7 +165,7 @@ def test_sender_reconciles_each_case() -> None:
 
 
 def encode_message_bytes(body: bytes) -> bytes:
-    from router.message import Message
+    from qrouter.message import Message
 
     return encode_message(Message(body=body))
 
@@ -332,7 +332,7 @@ def test_receiver_at_least_once_settles_on_accept() -> None:
 
 def test_state_file_restores_both_maps(tmp_path: Path) -> None:
     """A restarted application (new Client objects, same state file) presents the stored
-    maps in its first ATTACH and resumes (router/client_store.py)."""
+    maps in its first ATTACH and resumes (qrouter/client_store.py)."""
     path = str(tmp_path / "state")
 
     async def first_run() -> None:

@@ -1,6 +1,6 @@
 """Socketless harness for the wire engine (STYLE.md, "From python-qpid-proton").
 
-A qrouter engine ``Connection`` (from ``router.core.Core``) and a python-qpid-proton
+A qrouter engine ``Connection`` (from ``qrouter.core.Core``) and a python-qpid-proton
 ``Transport`` exchange bytes in memory: ``pump`` moves them both ways until neither side has
 anything to say, so protocol behaviour (credit, windows, settlement) is tested with no
 sockets and no sleeps, as proton's own ``tests/proton_tests/common.py: pump`` does.
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import proton
-from router._fast.codec import Described, Symbol, UInt, ULong, decode, encode
+from qrouter._fast.codec import Described, Symbol, UInt, ULong, decode, encode
 
-from router.auth import hash_password
-from router.config import ListenerConfig, RouterConfig
-from router.core import Core
+from qrouter.auth import hash_password
+from qrouter.config import ListenerConfig, RouterConfig
+from qrouter.core import Core
 
 # 2.2 protocol headers
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -350,7 +350,7 @@ def make_core(**config: Any) -> Core:
 
 
 def users_file(users: dict[str, str], directory: str | None = None) -> str:
-    """A users file (router/auth.py format) with cheap hashes; returns its path."""
+    """A users file (qrouter/auth.py format) with cheap hashes; returns its path."""
     fd, path = tempfile.mkstemp(prefix="qrouter-users-", dir=directory)
     with os.fdopen(fd, "w") as f:
         for user, password in users.items():

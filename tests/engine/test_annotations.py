@@ -1,11 +1,11 @@
-"""x-opt-qr-ingress: the multicast ingress annotation (router/_fast/annotations.pxi)."""
+"""x-opt-qr-ingress: the multicast ingress annotation (qrouter/_fast/annotations.pxi)."""
 
 from __future__ import annotations
 
-from router._fast.codec import Symbol
-from router._fast.engine import _test_add_ingress, _test_message_ingress
+from qrouter._fast.codec import Symbol
+from qrouter._fast.engine import _test_add_ingress, _test_message_ingress
 
-from router.message import Message, decode_message, encode_message
+from qrouter.message import Message, decode_message, encode_message
 
 KEY = Symbol("x-opt-qr-ingress")
 

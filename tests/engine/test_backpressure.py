@@ -1,4 +1,4 @@
-"""Backpressure in the engine, in memory (issue 13, router/_fast/backpressure.pxi): a
+"""Backpressure in the engine, in memory (issue 13, qrouter/_fast/backpressure.pxi): a
 connection whose write buffer is full (the server forwards asyncio's pause_writing) gets no
 new deliveries, its producers get no new credit (2.6.7: the router, as receiver, decides the
 credit it grants), and everything waits in the router, bounded, until resume_writing."""
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from router.config import AddressConfig
+from qrouter.config import AddressConfig
 from tests.engine.pump import Peer, make_core, pump, receive, send
 
 CAPACITY = 20  # link_capacity: the most credit one producer link gets

@@ -5,7 +5,7 @@ amqp:connection:framing-error, ...); feed() never raises; the rest of the router
 from __future__ import annotations
 
 import pytest
-from router._fast.codec import Described, Symbol, UInt, ULong, encode
+from qrouter._fast.codec import Described, Symbol, UInt, ULong, encode
 
 from tests.engine.pump import (
     AMQP_HEADER,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proton import Data
-from router._fast.codec import (
+from qrouter._fast.codec import (
     Array,
     Byte,
     Char,

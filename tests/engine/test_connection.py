@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.config import ListenerConfig
+from qrouter.config import ListenerConfig
 from tests.engine.pump import (
     AMQP_HEADER,
     BEGIN,
@@ -213,7 +213,7 @@ def test_require_auth_accepts_plain(auth_core) -> None:  # type: ignore[no-untyp
 
 
 def _sym(s: str):  # type: ignore[no-untyped-def]
-    from router._fast.codec import Symbol
+    from qrouter._fast.codec import Symbol
 
     return Symbol(s)
 
@@ -456,7 +456,7 @@ def test_empty_container_id_is_refused(core) -> None:  # type: ignore[no-untyped
 
 def test_open_with_every_field(core) -> None:  # type: ignore[no-untyped-def]
     """2.7.1: all ten fields, locales and capabilities as arrays, are accepted."""
-    from router._fast.codec import Symbol, UShort, symbol_array
+    from qrouter._fast.codec import Symbol, UShort, symbol_array
 
     raw = RawPeer(core, handshake=False)
     raw.feed(

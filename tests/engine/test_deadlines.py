@@ -1,5 +1,5 @@
 """Handshake and partial-frame deadlines, and a SASL outcome given later
-(router/_fast/deadlines.pxi), socketless: the clock is passed to `tick(now)`.
+(qrouter/_fast/deadlines.pxi), socketless: the clock is passed to `tick(now)`.
 
 The same behaviour against real router processes and sockets: tests/interop/test_deadlines.py
 and tests/interop/test_login_throttle.py."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from router._fast.codec import Symbol
+from qrouter._fast.codec import Symbol
 
-from router.config import ListenerConfig
+from qrouter.config import ListenerConfig
 from tests.engine.pump import (
     AMQP_HEADER,
     BEGIN,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from proton import Delivery
-from router._fast.codec import MAX_DEPTH, DecodeError, decode, decode_all, encode
-from router._fast.engine import _test_add_ingress, _test_message_ingress
+from qrouter._fast.codec import MAX_DEPTH, DecodeError, decode, decode_all, encode
+from qrouter._fast.engine import _test_add_ingress, _test_message_ingress
 
-from router.config import ListenerConfig
+from qrouter.config import ListenerConfig
 from tests.engine.pump import (
     SASL_FRAME,
     SASL_HEADER,

@@ -5,7 +5,7 @@ peer announced (512 to 65,536), and the peer is proton, which closes the connect
 framing error on any larger frame. Covered: transfers split to the size (2.6.14) for every
 tag length 0-32 on the endpoint path guaranteed topics use (Link.send with resume and state)
 and on the forwarding path with message-annotations; dispositions carrying a peer's rejected
-error; ATTACH and DETACH with fields too long for a small peer (router/_fast/frame_size.pxi).
+error; ATTACH and DETACH with fields too long for a small peer (qrouter/_fast/frame_size.pxi).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import proton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from router._fast.codec import Symbol, UInt, encode
-from router._fast.engine import Connection, Router, target_value
+from qrouter._fast.codec import Symbol, UInt, encode
+from qrouter._fast.engine import Connection, Router, target_value
 
-from router.config import AddressConfig, ListenerConfig
+from qrouter.config import AddressConfig, ListenerConfig
 from tests.engine.pump import (
     AMQP_HEADER,
     ATTACH,
@@ -76,7 +76,7 @@ class _Quiet:
 
 
 class EndpointPair:
-    """An engine Connection in client mode (as router/client.py and guaranteed topics use
+    """An engine Connection in client mode (as qrouter/client.py and guaranteed topics use
     it: Link.send with the router's tags) wired in memory to a proton server Transport."""
 
     def __init__(self, max_frame_size: int) -> None:
@@ -170,13 +170,13 @@ def test_endpoint_transfers_fit(
 
 
 def _accepted() -> Any:
-    from router._fast.codec import Described, ULong
+    from qrouter._fast.codec import Described, ULong
 
     return Described(ULong(0x24), [])
 
 
 def _rejected(description: str) -> Any:
-    from router._fast.codec import Described, ULong
+    from qrouter._fast.codec import Described, ULong
 
     return Described(
         ULong(REJECTED), [Described(ULong(0x1D), [Symbol("amqp:internal-error"), description])]

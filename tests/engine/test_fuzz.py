@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proton import Delivery, Link
 
-from router.config import ListenerConfig
-from router.core import Core
+from qrouter.config import ListenerConfig
+from qrouter.core import Core
 from tests.engine.pump import (
     AMQP_HEADER,
     SASL_HEADER,

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from router._fast.codec import DecodeError, decode
+from qrouter._fast.codec import DecodeError, decode
 
-from router.config import ListenerConfig
-from router.limits import LimitsConfig
+from qrouter.config import ListenerConfig
+from qrouter.limits import LimitsConfig
 from tests.engine.pump import (
     ATTACH,
     BEGIN,
@@ -257,7 +257,7 @@ def test_any_chunking_gives_the_same_answer(cuts: list[int]) -> None:
 
 
 def _replay_yielding(core: Any, chunks: list[bytes], budget: int) -> tuple[bytes, Any]:
-    """As _replay, with the server's control-frame budget (router/server.py): after a feed
+    """As _replay, with the server's control-frame budget (qrouter/server.py): after a feed
     that yielded, more bytes may arrive before the empty feed that goes on."""
     conn = core.new_connection(LISTENER)
     conn.control_budget = budget

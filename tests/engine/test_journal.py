@@ -1,4 +1,4 @@
-"""The delivery journal as the engine writes it (router/_fast/journal.pxi): one row per event
+"""The delivery journal as the engine writes it (qrouter/_fast/journal.pxi): one row per event
 with its link's strings, tags and origin, in memory through a JournalWriter to Parquet
 (docs/journal.md)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from proton import Delivery
 
-from router.journal import JournalWriter, origin_id, sampled
+from qrouter.journal import JournalWriter, origin_id, sampled
 from tests.engine.pump import Peer, make_core, pump, receive, send
 
 pa = pytest.importorskip("pyarrow")
@@ -158,7 +158,7 @@ def test_sampling_keeps_every_row_of_a_kept_delivery(tmp_path: Path) -> None:
 
 
 def test_engine_crc32_is_zlibs() -> None:
-    from router._fast.engine import origin_crc32
+    from qrouter._fast.engine import origin_crc32
 
     for prefix, tag in (("", b""), ("a%2Fb/c/", b"\x00\xff"), ("pub/out/", bytes(range(32)))):
         assert origin_crc32(prefix, tag) == zlib.crc32((prefix + tag.hex()).encode())

@@ -1,11 +1,11 @@
-"""The engine's limits (router/_fast/limits.pxi) without sockets: what a peer that ignores the
+"""The engine's limits (qrouter/_fast/limits.pxi) without sockets: what a peer that ignores the
 refusals can make the router keep is bounded."""
 
 from __future__ import annotations
 
-from router._fast.codec import UInt
+from qrouter._fast.codec import UInt
 
-from router.limits import LimitsConfig
+from qrouter.limits import LimitsConfig
 from tests.engine.pump import (
     AMQP_HEADER,
     ATTACH,
@@ -74,7 +74,7 @@ def test_refused_session_ignores_frames_until_the_peers_end() -> None:
 
 
 def test_inter_router_connections_are_not_limited() -> None:
-    from router.config import ListenerConfig
+    from qrouter.config import ListenerConfig
 
     core = make_core(limits=LimitsConfig(max_sessions_per_connection=1))
     raw = RawPeer(core, ListenerConfig(role="inter-router"), handshake=False)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from proton import Condition, Data, Link, Terminus
-from router._fast.codec import Array, Described, Symbol, UByte, UInt, ULong, symbol_array
-from router._fast.engine import Connection, Router
+from qrouter._fast.codec import Array, Described, Symbol, UByte, UInt, ULong, symbol_array
+from qrouter._fast.engine import Connection, Router
 
 from tests.engine.pump import (
     ACCEPTED,
@@ -305,7 +305,7 @@ def test_refused_attach_is_attached_then_detached(core) -> None:  # type: ignore
 
 
 def _unavailable(prefix: str) -> Any:
-    from router.config import AddressConfig
+    from qrouter.config import AddressConfig
 
     return AddressConfig(prefix=prefix, distribution="unavailable")
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from proton import Delivery, Link
 
-from router.config import AddressConfig
+from qrouter.config import AddressConfig
 from tests.engine.pump import Peer, make_core, pump, receive, send
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from router import scram
-from router.auth import UserDB
-from router.config import ListenerConfig
+from qrouter import scram
+from qrouter.auth import UserDB
+from qrouter.config import ListenerConfig
 from tests.engine.pump import (
     SASL_CHALLENGE,
     SASL_HEADER,
@@ -26,7 +26,7 @@ LISTENER = ListenerConfig(sasl_mechanisms=("SCRAM-SHA-256",), require_auth=True)
 
 
 def _sym(s: str):  # type: ignore[no-untyped-def]
-    from router._fast.codec import Symbol
+    from qrouter._fast.codec import Symbol
 
     return Symbol(s)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from proton import Condition, Message
 
-from router.config import ListenerConfig
+from qrouter.config import ListenerConfig
 from tests.engine.pump import (
     BEGIN,
     END,
@@ -77,7 +77,7 @@ def test_begin_on_a_channel_in_use(core) -> None:  # type: ignore[no-untyped-def
 
 def test_begin_answering_a_begin_we_never_sent(core) -> None:  # type: ignore[no-untyped-def]
     """2.7.2 remote-channel is set only in answer to a BEGIN; the router begins none."""
-    from router._fast.codec import UShort
+    from qrouter._fast.codec import UShort
 
     raw = RawPeer(core)
     raw.feed(begin_frame(channel=1, remote_channel=UShort(4)))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from proton import Delivery, Link
 
-from router.config import ListenerConfig
-from router.limits import LimitsConfig
+from qrouter.config import ListenerConfig
+from qrouter.limits import LimitsConfig
 from tests.engine.pump import (
     AMQP_HEADER,
     DISPOSITION,
@@ -369,7 +369,7 @@ def test_frame_with_extended_header(core) -> None:  # type: ignore[no-untyped-de
 
 
 def test_transfers_past_credit_within_a_links_overshoot(core) -> None:  # type: ignore[no-untyped-def]
-    """A broker's in-autolink (router/brokers.py sets `overshoot`; RabbitMQ 3.10 sends what
+    """A broker's in-autolink (qrouter/brokers.py sets `overshoot`; RabbitMQ 3.10 sends what
     its queue had handed over after a FLOW lowered the credit): transfers past the credit are
     taken, at most `overshoot` of them after each FLOW of the router; the next is still
     amqp:link:transfer-limit-exceeded (2.6.7)."""

@@ -46,8 +46,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.eo import AT_LEAST_ONCE, EXACTLY_ONCE, AttId, MemoryRecordStore, Pub, Sub, TopicRouter
-from router.eo.messages import make
+from qrouter.eo import AT_LEAST_ONCE, EXACTLY_ONCE, AttId, MemoryRecordStore, Pub, Sub, TopicRouter
+from qrouter.eo.messages import make
 
 TICK = 0.25
 
@@ -115,7 +115,7 @@ class Conn:
 
 class Lacking:
     """A router of the mesh configured without the topic's guarantee: it answers PING with
-    LACKING, as router/guarantee.py does, and nothing else (issue 15 b)."""
+    LACKING, as qrouter/guarantee.py does, and nothing else (issue 15 b)."""
 
     def __init__(self, sim: Simulation, name: str) -> None:
         self.sim = sim

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from router._fast.codec import DecodeError
+from qrouter._fast.codec import DecodeError
 
-from router.eo import EXACTLY_ONCE
-from router.eo.messages import EO_VERSION, FIELDS
+from qrouter.eo import EXACTLY_ONCE
+from qrouter.eo.messages import EO_VERSION, FIELDS
 from tests.engine.test_codec import values
 from tests.eo.test_protocol import Net
 
@@ -37,7 +37,7 @@ def test_any_field_values_are_dropped_not_raised(op: str, data: st.DataObject) -
     net.pump(1.0)
 
 
-# the compact encoding of envelopes between routers (router/_fast/eo_wire.pxi)
+# the compact encoding of envelopes between routers (qrouter/_fast/eo_wire.pxi)
 wire_values = st.recursive(
     st.none()
     | st.booleans()
@@ -54,7 +54,7 @@ wire_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(wire_values)
 def test_compact_envelope_encoding_round_trips(value: Any) -> None:
-    from router._fast.engine import eo_pack, eo_unpack
+    from qrouter._fast.engine import eo_pack, eo_unpack
 
     raw = eo_pack(value)
     assert eo_unpack(raw) == value
@@ -66,7 +66,7 @@ def test_compact_envelope_encoding_round_trips(value: Any) -> None:
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=64))
 def test_compact_envelope_decoding_of_any_bytes_raises_decode_error_or_returns(raw: bytes) -> None:
-    from router._fast.engine import eo_unpack
+    from qrouter._fast.engine import eo_unpack
 
     try:
         eo_unpack(raw)
@@ -75,7 +75,7 @@ def test_compact_envelope_decoding_of_any_bytes_raises_decode_error_or_returns(r
 
 
 def test_compact_envelope_decoding_is_bounded() -> None:
-    from router._fast.engine import eo_pack, eo_unpack
+    from qrouter._fast.engine import eo_pack, eo_unpack
 
     with pytest.raises(DecodeError):
         eo_unpack(b"\x06\xff\xff\xff\xff")  # a list of 2^32-1 values in 4 bytes: refused
@@ -87,7 +87,7 @@ def test_compact_envelope_decoding_is_bounded() -> None:
 
 
 def test_compact_envelope_words() -> None:
-    from router._fast.engine import EO_WORDS, eo_pack, eo_unpack
+    from qrouter._fast.engine import EO_WORDS, eo_pack, eo_unpack
 
     value = {w: [w, w + "x", {w: w}] for w in EO_WORDS}
     assert eo_unpack(eo_pack(value)) == value
@@ -99,9 +99,9 @@ def test_compact_envelope_words() -> None:
 
 
 def test_eo_control_messages_in_both_encodings() -> None:
-    from router._fast.engine import eo_pack
+    from qrouter._fast.engine import eo_pack
 
-    from router.inter_router import eo_envelopes
+    from qrouter.inter_router import eo_envelopes
 
     envs = [{"to": "B", "from": "A", "e": 1, "n": 0, "m": {"op": "PING", "e": 3}}]
     assert eo_envelopes({"op": "EO", "b": eo_pack(envs)}) == envs

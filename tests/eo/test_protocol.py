@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.eo import (
+from qrouter.eo import (
     AT_LEAST_ONCE,
     EXACTLY_ONCE,
     AttId,
@@ -18,7 +18,7 @@ from router.eo import (
     TopicRouter,
     outgoing_tag,
 )
-from router.eo.messages import make
+from qrouter.eo.messages import make
 
 P: Pub = ("pc", "pl")
 S1 = ("s1", "l")
@@ -280,7 +280,7 @@ def test_unknown_unsafe_variant_refused() -> None:
 
 
 def test_terminus_store_adapter() -> None:
-    from stores import open_store
+    from qrouter.stores import open_store
 
     with open_store("memory", None) as store:
         rs = TerminusRecordStore(store, "events")
@@ -306,7 +306,7 @@ def test_a_client_that_cannot_resume_sees_settlement_at_once() -> None:
 
 
 def test_origin_record_encoding_round_trip_and_json_of_older_stores() -> None:
-    from router.eo.records import STATE_V2, OriginRecord
+    from qrouter.eo.records import STATE_V2, OriginRecord
 
     subs = {("s2", "é"): SubState.SEEN, ("s1", "l"): SubState.ACCEPTED, ("s0", ""): SubState(0)}
     rec = OriginRecord(b"t" * 32, P, b"\x00tag", b"body", subs, settled=True)
@@ -380,7 +380,7 @@ def test_late_close_of_an_old_attachment_does_not_end_the_new_subscription() -> 
 
 def test_a_peer_lacking_the_guarantee_does_not_hold_tombstones() -> None:
     """Issue 15 (b): C has no guarantee for the topic and answers PING with LACKING (the
-    embedding does, router/guarantee.py); A and B stop waiting for its PONG, log it once,
+    embedding does, qrouter/guarantee.py); A and B stop waiting for its PONG, log it once,
     and report it."""
     net = Net("AB")
     for n in "AB":

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from router.eo import AT_LEAST_ONCE, EXACTLY_ONCE
+from qrouter.eo import AT_LEAST_ONCE, EXACTLY_ONCE
 from tests.eo.sim import CI_PARAMS, Params, first_failure, run
 
 SEEDS = int(os.environ.get("QROUTER_EO_SEEDS", "1000"))
@@ -73,8 +73,8 @@ def test_schedules_do_fail_over() -> None:
 def test_the_issue_15_fixes_are_needed(monkeypatch: pytest.MonkeyPatch, undone: str) -> None:
     """Undo one fix and the schedules fail: a closed subscriber that attaches again must be
     a new subscription (a); a router lacking the guarantee must not hold tombstones (b)."""
-    from router.eo.protocol import TopicRouter
-    from router.eo.view import SubscriberView
+    from qrouter.eo.protocol import TopicRouter
+    from qrouter.eo.view import SubscriberView
 
     if undone == "reopen":
         monkeypatch.setattr(SubscriberView, "reopen", lambda self, sub, att: False)

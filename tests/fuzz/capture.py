@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from router._fast.codec import DecodeError, Described, decode
+from qrouter._fast.codec import DecodeError, Described, decode
 
 from tests.harness import HOST, MeshRouter, Router, free_port, retry
 
@@ -171,8 +171,8 @@ def management(url: str) -> None:
 
 
 def our_client(url: str) -> None:
-    from router.client import Client
-    from router.message import Message
+    from qrouter.client import Client
+    from qrouter.message import Message
 
     async def main() -> None:
         async with await Client.connect(url, "capture-client") as c:
@@ -265,7 +265,7 @@ def transfers(frames: list[tuple[int, int, bytes]]) -> list[bytes]:
 
 
 def is_management(payload: bytes) -> bool:
-    from router.message import decode_message
+    from qrouter.message import decode_message
 
     try:
         m = decode_message(payload)
@@ -327,7 +327,7 @@ def capture(root: Path) -> dict[str, int]:
     with tempfile.TemporaryDirectory(prefix="qrouter-capture-") as tmp:
         d = Path(tmp)
         users = d / "users"
-        from router.auth import hash_password
+        from qrouter.auth import hash_password
 
         users.write_text(f"capture:{hash_password('secret', iterations=1)}\n")
         r = Router(

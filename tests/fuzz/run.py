@@ -10,7 +10,7 @@ What it does (tests/README.md, "Fuzzing"):
    runtime (``libfuzzer.so``, from clang's ``libclang_rt.fuzzer_no_main``) that atheris uses
    when it is preloaded, so the instrumented extension's coverage hooks resolve to it;
 2. runs the target under atheris in a child process (``LD_PRELOAD``, the instrumented
-   ``router._fast`` first on its package path, the Python modules of ``router`` instrumented
+   ``qrouter._fast`` first on its package path, the Python modules of ``router`` instrumented
    too), over the committed corpus ``tests/fuzz/corpus/<target>`` plus a working corpus
    ``build/fuzz-work/<target>`` where new inputs go;
 3. when the child stops on a finding (an exception, a crash, a timeout, an out-of-memory), the
@@ -82,16 +82,16 @@ def child(target: str, out: Path, libfuzzer_args: list[str]) -> None:
     """Inside the preloaded process: instrument, set up atheris, fuzz."""
     import atheris
 
-    import router._fast
+    import qrouter._fast
 
     router._fast.__path__.insert(0, str(out / "router" / "_fast"))
     with atheris.instrument_imports(include=["router"]):
-        import router.core  # noqa: F401 - instrumented for coverage
-        import router.eo  # noqa: F401
-        import router.management  # noqa: F401
-        import router.mesh  # noqa: F401
-        import router.message  # noqa: F401
-    from router._fast import codec
+        import qrouter.core  # noqa: F401 - instrumented for coverage
+        import qrouter.eo  # noqa: F401
+        import qrouter.management  # noqa: F401
+        import qrouter.mesh  # noqa: F401
+        import qrouter.message  # noqa: F401
+    from qrouter._fast import codec
 
     assert codec.__file__ is not None and codec.__file__.startswith(str(out)), codec.__file__
     from tests.fuzz.targets import TARGETS

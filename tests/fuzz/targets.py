@@ -12,12 +12,12 @@ exception, a failed invariant) is a finding, and a crash of the process is one t
   ``feed``, never ``amqp:internal-error``, and no address left behind once it is gone.
 * ``session``: the same, after a valid AMQP header and OPEN, so the fuzzer spends its time on
   BEGIN / ATTACH / FLOW / TRANSFER / DISPOSITION / DETACH / END / CLOSE and message payloads.
-* ``message``: the codec's ``decode_all`` and ``router.message.decode_message`` (``DecodeError``).
+* ``message``: the codec's ``decode_all`` and ``qrouter.message.decode_message`` (``DecodeError``).
 * ``management``: a ``$management`` request as the node receives it (``on_message``): decoded,
   answered with a status; a 500 ("internal error") answer is a finding.
 * ``interrouter``: control messages as a neighbour router sends them (one AMQP value each,
-  concatenated), given to the routing engine (router/mesh, ``ProtocolError`` drops them) and,
-  for guaranteed-topic envelopes, to a topic's state machine (router/eo, ``ProtocolError`` /
+  concatenated), given to the routing engine (qrouter/mesh, ``ProtocolError`` drops them) and,
+  for guaranteed-topic envelopes, to a topic's state machine (qrouter/eo, ``ProtocolError`` /
   ``ValueError`` / ``TypeError`` drop them, as ``TopicRouter.receive`` documents).
 """
 
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from router._fast.codec import DecodeError, Described, Symbol, UInt, decode_all, encode
+from qrouter._fast.codec import DecodeError, Described, Symbol, UInt, decode_all, encode
 
 # 2.2 protocol header; 2.7.1 open (container-id, hostname, max-frame-size)
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -100,9 +100,9 @@ def _checked(target: Callable[[bytes], None]) -> Callable[[bytes], None]:
 def _core() -> Any:
     """One router core for every input (as a router serves every connection); PLAIN is
     offered (a users file with one cheap hash) so SASL is reached both ways."""
-    from router.auth import hash_password
-    from router.config import RouterConfig
-    from router.core import Core
+    from qrouter.auth import hash_password
+    from qrouter.config import RouterConfig
+    from qrouter.core import Core
 
     fd, path = tempfile.mkstemp(prefix="qrouter-fuzz-users-")
     with os.fdopen(fd, "w") as f:
@@ -115,7 +115,7 @@ def _core() -> Any:
 
 @functools.cache
 def _listener() -> Any:
-    from router.config import ListenerConfig
+    from qrouter.config import ListenerConfig
 
     return ListenerConfig(max_frame_size=4096, idle_timeout=0)
 
@@ -156,7 +156,7 @@ def session(data: bytes) -> None:
 
 
 def message(data: bytes) -> None:
-    from router.message import decode_message
+    from qrouter.message import decode_message
 
     try:
         decode_all(data)
@@ -173,12 +173,12 @@ def message(data: bytes) -> None:
 
 class _FakeHandler:
     """An anonymous client on a loopback listener of a router without users: the embedded
-    default's admin (router/policy.py), so every operation is reached."""
+    default's admin (qrouter/policy.py), so every operation is reached."""
 
     listener = None
 
     def __init__(self) -> None:
-        from router.policy import ConnInfo
+        from qrouter.policy import ConnInfo
 
         self.info = ConnInfo(0, None, "127.0.0.1", "127.0.0.1", False)
 
@@ -212,8 +212,8 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 def management(data: bytes) -> None:
-    from router.config import RouterConfig
-    from router.core import Core
+    from qrouter.config import RouterConfig
+    from qrouter.core import Core
 
     node = Core(RouterConfig(id="fuzz-mgmt")).management  # fresh: CREATE/DELETE change tables
 
@@ -228,7 +228,7 @@ def management(data: bytes) -> None:
 
 
 class _DataPlane:
-    """router.mesh.DataPlane that keeps nothing."""
+    """qrouter.mesh.DataPlane that keeps nothing."""
 
     def send(self, link_id: int, message: dict[str, Any]) -> None:
         pass
@@ -256,7 +256,7 @@ class _DataPlane:
 
 
 class _Port:
-    """router.eo.Port that keeps nothing."""
+    """qrouter.eo.Port that keeps nothing."""
 
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
         pass
@@ -277,14 +277,14 @@ class _Port:
         pass
 
 
-EO_OP = "EO"  # router/inter_router.py: a control message carrying guaranteed-topic envelopes
+EO_OP = "EO"  # qrouter/inter_router.py: a control message carrying guaranteed-topic envelopes
 MAX_TOPICS = 4  # per input: enough for messages about several topics, bounded
 
 
 def _topic_router(topic: str) -> Any:
     """A guaranteed topic's state machine here ("A"), with a local publisher and subscriber
     for the messages to act on."""
-    from router.eo import TopicRouter
+    from qrouter.eo import TopicRouter
 
     tr = TopicRouter("A", _Port(), instance=1, topic=topic)
     tr.publisher_attached(("pc", "pl"), (), 0.0)
@@ -293,13 +293,13 @@ def _topic_router(topic: str) -> Any:
 
 
 def interrouter(data: bytes) -> None:
-    from router.inter_router import eo_envelopes
-    from router.mesh import RoutingEngine
+    from qrouter.inter_router import eo_envelopes
+    from qrouter.mesh import RoutingEngine
 
     try:
         values = decode_all(data)
     except DecodeError:
-        return  # router/inter_router.py drops an undecodable control message
+        return  # qrouter/inter_router.py drops an undecodable control message
     mesh = RoutingEngine("A", _DataPlane(), instance=1)
     mesh.link_up(1)
     topics: dict[str, Any] = {}
@@ -312,7 +312,7 @@ def interrouter(data: bytes) -> None:
             mesh.receive(1, msg, now)
             mesh.tick(now)
             continue
-        # router/guarantee.py: a batch of envelopes {to, from, e, n, ms} (or m: one message);
+        # qrouter/guarantee.py: a batch of envelopes {to, from, e, n, ms} (or m: one message);
         # each message goes to its topic
         envelopes = eo_envelopes(msg)  # compact ("b", eo_wire.pxi) or an AMQP list ("m")
         for env in envelopes if isinstance(envelopes, list) else ():

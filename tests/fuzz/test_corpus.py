@@ -90,7 +90,7 @@ def test_a_target_that_logs_an_error_is_a_finding() -> None:
 
 def test_an_internal_error_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     """A handler that raises turns into amqp:internal-error on the connection: a finding."""
-    from router.core import ConnectionHandler
+    from qrouter.core import ConnectionHandler
 
     def broken(self: object, conn: object, fields: object) -> None:
         raise KeyError("boom")
@@ -110,7 +110,7 @@ def test_deep_nesting_through_every_target() -> None:
     for target in ("message", "management", "interrouter"):
         TARGETS[target](nested)
     # the same as a TRANSFER payload on an attached link of a session
-    from router._fast.codec import Described, UInt, ULong, encode
+    from qrouter._fast.codec import Described, UInt, ULong, encode
 
     def frame(code: int, fields: list[object], payload: bytes = b"") -> bytes:
         body = encode(Described(ULong(code), fields)) + payload

@@ -1,5 +1,5 @@
 """Clients of guaranteed topics for the tests: publishers and subscribers on our client API
-(router/client.py), which resume their links after a failover, and what they saw."""
+(qrouter/client.py), which resume their links after a failover, and what they saw."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.client import Client, Message, Outcome
+from qrouter.client import Client, Message, Outcome
 from tests.client.conftest import wait_until
 from tests.harness import MeshRouter, free_port
 

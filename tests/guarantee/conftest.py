@@ -1,4 +1,4 @@
-"""Guaranteed topics in real router processes (router/guarantee.py, docs/exactly-once.md)."""
+"""Guaranteed topics in real router processes (qrouter/guarantee.py, docs/exactly-once.md)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from proton import Delivery, Message, Timeout
 from proton.reactor import Container
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-from router.eo.dedup import AcceptedTags
+from qrouter.eo.dedup import AcceptedTags
 from tests.guarantee.common import topic_rows
 from tests.harness import retry
 

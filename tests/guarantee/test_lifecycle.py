@@ -10,8 +10,8 @@ from typing import Any
 from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
-from router.client import Client
-from router.client import Message as ClientMessage
+from qrouter.client import Client
+from qrouter.client import Message as ClientMessage
 from tests.client.conftest import run
 from tests.guarantee.common import (
     OPTS,

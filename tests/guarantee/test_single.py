@@ -14,8 +14,8 @@ import pytest
 from proton import Delivery, Message, Timeout
 from proton.utils import BlockingConnection
 
-from router.client import Client
-from router.client import Message as ClientMessage
+from qrouter.client import Client
+from qrouter.client import Message as ClientMessage
 from tests.client.conftest import run
 from tests.guarantee.common import topic_rows, wait_until
 from tests.harness import free_port, retry

@@ -1,5 +1,5 @@
 """A guaranteed topic whose store commits fail (issue 13 point 5, issue 15 item d;
-router/guarantee.py, router/store_health.py).
+qrouter/guarantee.py, qrouter/store_health.py).
 
 The test hook QROUTER_TEST_STORE_FAIL makes every store commit fail with ENOSPC while a flag
 file exists. While it does, the topic's state machine may not go on as if its records were
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-import stores
-from router.client import Client, Outcome
-from router.client import Message as ClientMessage
+from qrouter import stores
+from qrouter.client import Client, Outcome
+from qrouter.client import Message as ClientMessage
 from tests.client.conftest import run
 from tests.guarantee.common import topic_rows, wait_until
 from tests.harness import free_port

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import time
 
-from router._fast.codec import Symbol
+from qrouter._fast.codec import Symbol
 
 from tests.engine.pump import (
     SASL_HEADER,

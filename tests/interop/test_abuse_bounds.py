@@ -9,7 +9,7 @@ import socket
 import time
 from typing import Any
 
-from router._fast.codec import UInt
+from qrouter._fast.codec import UInt
 
 from tests.engine.pump import (
     AMQP_HEADER,

@@ -1,7 +1,7 @@
 """Backpressure (issue 13): a consumer that grants a million credit and stops reading its
 socket must not make the router buffer everything a producer sends. Above the connection's
 write-buffer high-water mark the router stops moving deliveries onto it and stops topping up
-the producers that feed it (router/_fast/backpressure.pxi); when the consumer reads again
+the producers that feed it (qrouter/_fast/backpressure.pxi); when the consumer reads again
 every message arrives, in order. Real router processes, a raw-socket consumer, proton
 producers."""
 

@@ -1,7 +1,7 @@
 """Handshake deadline and slow-loris, against a real router over raw sockets (issue 13).
 
 A listener's `handshake_timeout` bounds protocol header + SASL + OPEN; a frame that has begun
-arriving must be whole within the listener's `idle_timeout` (router/_fast/deadlines.pxi).
+arriving must be whole within the listener's `idle_timeout` (qrouter/_fast/deadlines.pxi).
 Waits are bounded by socket timeouts; the assertions are lower bounds (never closed early)
 and outcomes (closed, with which error), not speed."""
 

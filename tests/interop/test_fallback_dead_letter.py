@@ -1,5 +1,5 @@
 """Fallback and dead-letter addresses on one router (docs/brokers.md, "Fallback and dead
-letters"; router/_fast/diversion.pxi).
+letters"; qrouter/_fast/diversion.pxi).
 
 * fallback: while nobody consumes `work`, its producer gets credit from the consumer of
   `parking` and its messages go there, with that consumer's outcome; once a `work` consumer

@@ -12,7 +12,7 @@ import pytest
 from proton import Delivery, Message
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection, LinkDetached
-from router._fast.codec import Described, ULong, encode
+from qrouter._fast.codec import Described, ULong, encode
 
 from tests.engine.pump import (
     AMQP_HEADER,

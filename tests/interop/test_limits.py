@@ -1,4 +1,4 @@
-"""[limits] (router/limits.py, router/_fast/limits.pxi) against a real router: for each limit,
+"""[limits] (qrouter/limits.py, qrouter/_fast/limits.pxi) against a real router: for each limit,
 one test with a small configured value. Below the limit everything works; past it the peer gets
 amqp:resource-limit-exceeded with a description that names the limit, the limit's counter in
 /metrics moves, and the other connections are not disturbed.
@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Any
 
-from router._fast.codec import Symbol, UInt
+from qrouter._fast.codec import Symbol, UInt
 
 from tests.engine.pump import (
     ACCEPTED,

@@ -1,4 +1,4 @@
-"""Login throttling against a real router (router/login_throttle.py, issue 13 point 4).
+"""Login throttling against a real router (qrouter/login_throttle.py, issue 13 point 4).
 
 * a burst of wrong passwords from 20 clients does not stall an established client's traffic:
   PBKDF2 runs on worker threads, not the event loop;
@@ -21,7 +21,7 @@ import pytest
 from proton import Message
 from proton.reactor import AtMostOnce
 
-from router.auth import hash_password
+from qrouter.auth import hash_password
 from tests.harness import free_port, retry
 from tests.interop.raw_amqp import plain_login, scram_login
 from tests.management.tooling import scrape, value

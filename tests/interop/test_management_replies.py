@@ -1,5 +1,5 @@
 """`$management` replies to a requester that never reads them are bounded
-(router/management_replies.py): a raw-socket client attaches a reply receiver with a million
+(qrouter/management_replies.py): a raw-socket client attaches a reply receiver with a million
 credit and a `$management` sender, then sends requests as fast as the router's credit
 renewal would allow and never reads its socket. The router holds at most 100 replies for it
 (then stops renewing its credit and REJECTs what still arrives), its RSS stays bounded, and
@@ -13,7 +13,7 @@ from typing import Any
 
 from proton import Message
 from proton.reactor import AtMostOnce
-from router._fast.codec import UInt
+from qrouter._fast.codec import UInt
 
 from tests.engine.pump import (
     AMQP_HEADER,
@@ -39,7 +39,7 @@ RSS_BOUND_KIB = 32 * 1024
 
 def _read_until_attached(sock: socket.socket, handles: int) -> None:
     """Read frames until the router has answered `handles` ATTACHes (then read no more)."""
-    from router._fast.codec import decode
+    from qrouter._fast.codec import decode
 
     buf = b""
     seen = 0

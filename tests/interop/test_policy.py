@@ -1,4 +1,4 @@
-"""The [policy] (router/policy.py, docs/configuration.md "Policy"): every rule allowed and
+"""The [policy] (qrouter/policy.py, docs/configuration.md "Policy"): every rule allowed and
 refused, with real routers, SASL PLAIN users from a users file and python-qpid-proton clients.
 
 A refused attach is answered ATTACH + DETACH with amqp:unauthorized-access (or
@@ -63,7 +63,7 @@ max_connections_per_host = 2
 
 
 def users_file(folder: Path) -> Path:
-    from router.auth import hash_password
+    from qrouter.auth import hash_password
 
     path = folder / "users"
     path.write_text(

@@ -55,7 +55,7 @@ def test_only_the_creating_connection_may_receive(router: Any, blocking: Any) ->
 def test_monitor_queries_do_not_list_reply_addresses(
     router: Any, blocking: Any, tmp_path: Path
 ) -> None:
-    from router.auth import hash_password
+    from qrouter.auth import hash_password
 
     users = tmp_path / "users"
     users.write_text(f"mon:{hash_password('mon-pw', iterations=1)}\n")

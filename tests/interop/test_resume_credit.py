@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from router._fast.codec import Symbol, UInt
+from qrouter._fast.codec import Symbol, UInt
 
-import stores
+from qrouter import stores
 from tests.engine.pump import (
     AMQP_HEADER,
     DISPOSITION,

@@ -23,7 +23,7 @@ USER, PASSWORD = "alice", "correct horse battery staple"
 
 
 def users_file(folder: Path) -> Path:
-    from router.auth import hash_password
+    from qrouter.auth import hash_password
 
     path = folder / "users"
     path.write_text(f"{USER}:{hash_password(PASSWORD)}\nbob:{hash_password('bobs-secret')}\n")

@@ -1,4 +1,4 @@
-"""Store failure is fail-stop (issue 13, point 5; router/store_health.py).
+"""Store failure is fail-stop (issue 13, point 5; qrouter/store_health.py).
 
 Real routers on real LMDB / LevelDB directories, durable (durability 2) proton links:
 
@@ -24,7 +24,7 @@ import pytest
 from proton import Delivery, Message, Terminus
 from proton.reactor import LinkOption
 
-import stores
+from qrouter import stores
 from tests.harness import free_port, retry
 from tests.management.tooling import scrape, value
 
@@ -287,8 +287,8 @@ def test_a_torn_record_log_tail_counts_as_never_written(
 
 def unsettled_in(store: str, path: Path) -> int:
     """The unsettled records a store directory holds, its record log replayed."""
-    from stores import open_store
-    from stores.termini import load_termini
+    from qrouter.stores import open_store
+    from qrouter.stores.termini import load_termini
 
     s = open_store(store, str(path))
     try:

@@ -1,4 +1,4 @@
-"""Qpid Dispatch's management types (router/dispatch_schema.py) answered by a real router, to
+"""Qpid Dispatch's management types (qrouter/dispatch_schema.py) answered by a real router, to
 requests shaped as Dispatch's tools send them (python-qpid-proton as the client).
 
 What the tools send (AMQP Management over ``$management``, reply-to a dynamic address):
@@ -29,7 +29,7 @@ import pytest
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
-from router.dispatch_schema import LINK, ROUTER
+from qrouter.dispatch_schema import LINK, ROUTER
 from tests.harness import free_port, port_open, retry
 from tests.management.test_roles import PASSWORDS, users_file
 from tests.management.test_runtime_changes import send_through
@@ -232,7 +232,7 @@ def test_qdmanage_create_and_delete_listener_and_address(router: Any, blocking: 
 
 
 def test_monitor_may_qdstat_but_not_create(router: Any, tmp_path: Path) -> None:
-    """Without a policy, a users file's users are monitors (router/policy.py): qdstat works,
+    """Without a policy, a users file's users are monitors (qrouter/policy.py): qdstat works,
     qdmanage create is refused with 403."""
     r = router(
         config={"users_file": str(users_file(tmp_path))},

@@ -1,5 +1,5 @@
 """``qrouter start --config qdrouterd.conf``: a router started from Qpid Dispatch's
-configuration file (router/dispatch_config.py) runs as configured, and one with an entity
+configuration file (qrouter/dispatch_config.py) runs as configured, and one with an entity
 qrouter lacks does not start, saying which on one line."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_a_router_runs_from_a_qdrouterd_conf(tmp_path: Path, blocking: Any) -> N
     conf = tmp_path / "qdrouterd.conf"
     conf.write_text(CONF % {"port": port})
     proc = Process(
-        [sys.executable, "-m", "router", "start", "--config", str(conf)],
+        [sys.executable, "-m", "qrouter", "start", "--config", str(conf)],
         name="migrated",
         directory=tmp_path,
         env=_env(),
@@ -68,7 +68,7 @@ def test_an_unsupported_entity_stops_the_start(tmp_path: Path) -> None:
     conf = tmp_path / "qdrouterd.conf"
     conf.write_text((CONF % {"port": free_port()}) + "exchange {\n    name: e\n}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "router", "start", "--config", str(conf)],
+        [sys.executable, "-m", "qrouter", "start", "--config", str(conf)],
         env={**_env(), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from proton import Message
 
-from router.link_monitor import LinkMonitor
+from qrouter.link_monitor import LinkMonitor
 from tests.harness import retry
 
 

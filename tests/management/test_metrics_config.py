@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router.config import ConfigError, load_config
+from qrouter.config import ConfigError, load_config
 
 
 def test_metrics_from_toml_and_cli(tmp_path: Path) -> None:

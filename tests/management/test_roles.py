@@ -1,4 +1,4 @@
-"""Management roles (router/policy.py `management_role`) and the audit trail (logger
+"""Management roles (qrouter/policy.py `management_role`) and the audit trail (logger
 ``qrouter.audit``), with real routers, SASL PLAIN users and the real ``qrouter-tool``.
 
 * monitor: QUERY, READ, GET-*; admin: also CREATE, UPDATE, DELETE; none: nothing.
@@ -41,7 +41,7 @@ targets = ["#"]
 
 
 def users_file(folder: Path) -> Path:
-    from router.auth import hash_password
+    from qrouter.auth import hash_password
 
     path = folder / "users"
     path.write_text(

@@ -262,7 +262,7 @@ def test_errors_from_the_node_are_one_line(router: Any) -> None:
 
 
 def test_sasl_options(router: Any, tmp_path: Path) -> None:
-    from router.auth import hash_password
+    from qrouter.auth import hash_password
 
     users = tmp_path / "users"
     users.write_text(f"ops:{hash_password('s3cret')}\n")

@@ -1,4 +1,4 @@
-"""The frame trace (issue 16 item 6, router/_fast/trace.pxi): ``--trace`` logs every frame of
+"""The frame trace (issue 16 item 6, qrouter/_fast/trace.pxi): ``--trace`` logs every frame of
 a proton client's exchange on ``qrouter.trace``; ``$management`` switches it per connection
 (UPDATE connection trace=true) and for new connections (UPDATE router trace=true); off, the
 log has no trace line."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.mesh import RoutingEngine
+from qrouter.mesh import RoutingEngine
 
 Drop = Callable[[str, dict[str, Any]], bool]  # (sending router, message) -> drop it?
 

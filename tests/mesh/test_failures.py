@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.mesh import RoutingEngine
-from router.mesh.messages import Hello, LinkStateUpdate, MobileUpdate
+from qrouter.mesh import RoutingEngine
+from qrouter.mesh.messages import Hello, LinkStateUpdate, MobileUpdate
 from tests.mesh.network import MockDataPlane, Network
 
 

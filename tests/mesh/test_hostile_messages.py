@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.mesh.messages import PROTOCOL_VERSION, ProtocolError, decode
+from qrouter.mesh.messages import PROTOCOL_VERSION, ProtocolError, decode
 from tests.engine.test_codec import values
 
 OPS = ["HELLO", "RA", "LSU", "LSR", "MAU", "MAR", "NOPE"]

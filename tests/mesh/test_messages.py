@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.mesh.messages import (
+from qrouter.mesh.messages import (
     PROTOCOL_VERSION,
     Hello,
     LinkStateRequest,

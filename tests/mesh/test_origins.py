@@ -4,7 +4,7 @@ link-state database, so equal-cost paths and flooding over every link are fine."
 
 from __future__ import annotations
 
-from router.mesh.messages import MobileUpdate
+from qrouter.mesh.messages import MobileUpdate
 from tests.mesh.network import Network
 
 
@@ -66,7 +66,7 @@ def test_flooded_updates_are_not_refused_while_a_mesh_converges() -> None:
 def test_guaranteed_topic_envelopes_from_a_router_not_behind_are_dropped() -> None:
     from types import SimpleNamespace
 
-    from router.inter_router import Mesh, Peer
+    from qrouter.inter_router import Mesh, Peer
 
     net = _net([("A", "B"), ("B", "C"), ("A", "D")])
     mesh = Mesh.__new__(Mesh)  # only the origin check: the routing engine and the counters

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from router.mesh.path import compute_routes, shortest_path_tree, two_way_graph
+from qrouter.mesh.path import compute_routes, shortest_path_tree, two_way_graph
 
 
 def sym(*edges: tuple[str, str, int]) -> dict[str, dict[str, int]]:

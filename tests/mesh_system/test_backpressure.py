@@ -1,7 +1,7 @@
 """Backpressure between routers (issue 13): a stalled consumer behind a second router, and a
 slow next hop. Inter-router connections have the same write-buffer marks as any other; the
 per-address links on them add no capacity while their connection is paused, so the stall
-travels upstream as credit (router/_fast/backpressure.pxi, docs/mesh.md)."""
+travels upstream as credit (qrouter/_fast/backpressure.pxi, docs/mesh.md)."""
 
 from __future__ import annotations
 

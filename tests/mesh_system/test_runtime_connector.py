@@ -14,7 +14,7 @@ from tests.management.test_runtime_changes import send_through
 from tests.management.tooling import ok, run_tool
 from tests.mesh_system.mesh import wait_log
 
-BACKOFF_MAX_S = 2.0  # router/inter_router.py BACKOFF: the longest wait between attempts
+BACKOFF_MAX_S = 2.0  # qrouter/inter_router.py BACKOFF: the longest wait between attempts
 
 
 def _nodes(r: Any) -> set[str]:
@@ -72,7 +72,7 @@ def test_create_and_delete_a_connector(router: Any, blocking: Any) -> None:
 
 
 def test_connector_and_trace_changes_need_admin(router: Any, tmp_path: Any) -> None:
-    """Only admins change connectors or switch the trace (router/policy.py): a monitor
+    """Only admins change connectors or switch the trace (qrouter/policy.py): a monitor
     (a users file without a policy) gets 403."""
     b = router(
         "B",

@@ -17,8 +17,8 @@ import pytest
 from proton import ConnectionException
 from proton.utils import BlockingConnection
 
-from router import scram
-from router.auth import UserDB
+from qrouter import scram
+from qrouter.auth import UserDB
 from tests.certs import MeshCerts, client_domain, make_mesh_certs
 from tests.clients import run_container
 from tests.harness import HOST, ROOT, MeshRouter, Router, free_port
@@ -269,14 +269,14 @@ def test_external_needs_a_client_certificate(router: Any, certs: MeshCerts) -> N
 
 
 def _frame(code: int, fields: list[Any]) -> bytes:
-    from router._fast.codec import Described, ULong, encode
+    from qrouter._fast.codec import Described, ULong, encode
 
     body = encode(Described(ULong(code), fields))
     return (8 + len(body)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + body
 
 
 def _read_frame(sock: socket.socket) -> tuple[int, list[Any]]:
-    from router._fast.codec import decode
+    from qrouter._fast.codec import decode
 
     def exactly(n: int) -> bytes:
         data = b""
@@ -301,7 +301,7 @@ def test_scram_with_a_third_party_implementation(
     False), so the SASL frames go over a raw socket and scramp, a SCRAM library that is not
     ours, computes the client's messages and checks the router's signature."""
     import scramp
-    from router._fast.codec import Symbol
+    from qrouter._fast.codec import Symbol
 
     users = _users(tmp_path / "users", dora="third-party")
     r = router(
@@ -339,7 +339,7 @@ def test_insecure_inter_router_listener_off_loopback_refuses_to_start(tmp_path: 
     import sys
 
     port = free_port()
-    cmd = [sys.executable, "-m", "router", "start", "--inter-router-listen", f"0.0.0.0:{port}"]
+    cmd = [sys.executable, "-m", "qrouter", "start", "--inter-router-listen", f"0.0.0.0:{port}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert done.returncode != 0

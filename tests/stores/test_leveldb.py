@@ -1,11 +1,11 @@
-"""The store conformance suite (stores/conformance.py) on the leveldb backend."""
+"""The store conformance suite (qrouter/stores/conformance.py) on the leveldb backend."""
 
 from pathlib import Path
 
 import pytest
 
-from stores import StoreError, open_store
-from stores.conformance import StoreConformance
+from qrouter.stores import StoreError, open_store
+from qrouter.stores.conformance import StoreConformance
 
 
 class TestLevelDbStore(StoreConformance):

@@ -1,11 +1,11 @@
-"""The store conformance suite (stores/conformance.py) on the lmdb backend."""
+"""The store conformance suite (qrouter/stores/conformance.py) on the lmdb backend."""
 
 from pathlib import Path
 
 import pytest
 
-from stores import StoreError, open_store
-from stores.conformance import StoreConformance
+from qrouter.stores import StoreError, open_store
+from qrouter.stores.conformance import StoreConformance
 
 
 class TestLmdbStore(StoreConformance):
@@ -14,7 +14,7 @@ class TestLmdbStore(StoreConformance):
 
 def test_map_grows_when_full(tmp_path: Path) -> None:
     pytest.importorskip("lmdb")
-    from stores.lmdb_store import LmdbStore
+    from qrouter.stores.lmdb_store import LmdbStore
 
     path = str(tmp_path / "store")
     store = LmdbStore(path, map_size=1 << 20)
@@ -50,7 +50,7 @@ def test_a_leveldb_directory_is_named(tmp_path: Path) -> None:
 def test_a_map_at_its_limit_fails_the_commit(tmp_path: Path) -> None:
     # store_map_size: the map grows up to it and no further; the failed commit left nothing
     pytest.importorskip("lmdb")
-    from stores.lmdb_store import LmdbStore
+    from qrouter.stores.lmdb_store import LmdbStore
 
     store = LmdbStore(str(tmp_path / "s"), max_map_size=1 << 20)
     try:

@@ -1,6 +1,6 @@
-"""The store conformance suite (stores/conformance.py) on the memory backend."""
+"""The store conformance suite (qrouter/stores/conformance.py) on the memory backend."""
 
-from stores.conformance import StoreConformance
+from qrouter.stores.conformance import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):

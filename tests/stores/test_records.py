@@ -1,4 +1,4 @@
-"""The record encodings (stores/values.py, stores/termini.py) without a store: round trips, and
+"""The record encodings (qrouter/stores/values.py, qrouter/stores/termini.py) without a store: round trips, and
 damaged bytes that must give ValueError (so the store layer reports them), never anything else."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stores.termini import (
+from qrouter.stores.termini import (
     TerminusKey,
     TerminusRecord,
     UnsettledRecord,
@@ -16,7 +16,7 @@ from stores.termini import (
     encode_terminus,
     encode_unsettled,
 )
-from stores.values import MAX_DEPTH, Value, pack, unpack
+from qrouter.stores.values import MAX_DEPTH, Value, pack, unpack
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 values = st.recursive(
@@ -101,7 +101,7 @@ def test_unsettled_round_trip(state: bytes | None, message: bytes | None, settle
 def test_unsettled_with_tag_and_origin_round_trip(
     state: bytes | None, tag: bytes | None, origin: bytes | None, message: bytes | None
 ) -> None:
-    # the engine writes these (router/_fast/durable.pxi record_value): an inbound delivery's
+    # the engine writes these (qrouter/_fast/durable.pxi record_value): an inbound delivery's
     # record stored under the router's id carries the producer's tag; a copy names its origin
     rec = UnsettledRecord(state, message, False, origin, tag)
     assert decode_unsettled(encode_unsettled(rec)) == rec

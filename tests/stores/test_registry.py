@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import stores
-from stores import StoreError, available, backend_class, open_store
+from qrouter import stores
+from qrouter.stores import StoreError, available, backend_class, open_store
 
 
 def test_names() -> None:

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from router.addresses import DISTRIBUTIONS, OSLO_PRESET, AddressEntry, AddressTable
-from router.config import AddressConfig
+from qrouter.addresses import DISTRIBUTIONS, OSLO_PRESET, AddressEntry, AddressTable
+from qrouter.config import AddressConfig
 
 
 def prefix(text: str, distribution: str = "closest") -> AddressEntry:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from router.auth import UserDB, check_password, hash_password, parse_plain
-from router.config import ConfigError
+from qrouter.auth import UserDB, check_password, hash_password, parse_plain
+from qrouter.config import ConfigError
 
 FAST = 1000  # PBKDF2 iterations for tests that do not check the default
 

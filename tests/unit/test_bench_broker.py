@@ -9,7 +9,7 @@ from pathlib import Path
 from qrouter_tools.bench.broker import compare_note, pipeline_rate, router_toml
 from qrouter_tools.bench.run import Row
 
-from router.config import load_config
+from qrouter.config import load_config
 
 
 def test_router_config_is_a_waypoint_with_an_autolink_each_way(tmp_path: Path) -> None:

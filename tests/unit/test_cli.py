@@ -14,25 +14,25 @@ import pytest
 from click.testing import CliRunner
 from qrouter_tools.cli import main as tool_main
 
-import router as router_package
-from router import __version__
-from router.auth import UserDB, hash_password
-from router.cli import main
-from router.config import RouterConfig
+import qrouter as router_package
+from qrouter import __version__
+from qrouter.auth import UserDB, hash_password
+from qrouter.cli import main
+from qrouter.config import RouterConfig
 
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RouterConfig]]:
     """Replace router.server with a fake whose run() records the config and returns 0."""
     calls: list[RouterConfig] = []
-    fake = types.ModuleType("router.server")
+    fake = types.ModuleType("qrouter.server")
 
     def run(cfg: RouterConfig) -> int:
         calls.append(cfg)
         return 0
 
     fake.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "router.server", fake)
+    monkeypatch.setitem(sys.modules, "qrouter.server", fake)
     root = logging.getLogger("qrouter")
     saved = (root.level, list(root.handlers), root.propagate)
     yield calls
@@ -121,7 +121,7 @@ def test_store_without_its_driver_is_refused(
     write_config: Callable[..., str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import stores
+    from qrouter import stores
 
     monkeypatch.setitem(stores.DRIVERS, store, "qrouter_missing_driver")
     result = CliRunner().invoke(main, ["start", "--store", store, "--store-path", str(tmp_path)])
@@ -145,7 +145,7 @@ def test_python_dash_m_router(tmp_path: Path) -> None:
     # installed qrouter is not shadowed by the source tree (nor the other way round).
     env = {**os.environ, "PYTHONPATH": str(Path(router_package.__file__).resolve().parents[1])}
     done = subprocess.run(
-        [sys.executable, "-m", "router", "--version"],
+        [sys.executable, "-m", "qrouter", "--version"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from router.config import (
+from qrouter.config import (
     AddressConfig,
     ConfigError,
     ListenerConfig,
@@ -336,8 +336,8 @@ def test_address_guarantee(write_config: WriteConfig) -> None:
 
 
 def test_store_map_size(write_config: WriteConfig, tmp_path: Path) -> None:
-    # the most an LMDB map may grow to (stores/lmdb_store.py); past it commits fail and the
-    # router holds durable work (router/store_health.py)
+    # the most an LMDB map may grow to (qrouter/stores/lmdb_store.py); past it commits fail and the
+    # router holds durable work (qrouter/store_health.py)
     assert load_config(None).store_map_size is None
     path = write_config(f"store = 'lmdb'\nstore_path = '{tmp_path}'\nstore_map_size = 1048576")
     assert load_config(path).store_map_size == 1 << 20

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from router.cli import main
-from router.config import ConfigError, RouterConfig, load_config
+from qrouter.cli import main
+from qrouter.config import ConfigError, RouterConfig, load_config
 
 
 def test_defaults() -> None:
@@ -56,10 +56,10 @@ def test_low_above_high_on_the_command_line() -> None:
 
 def test_cli_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[RouterConfig] = []
-    fake = types.ModuleType("router.server")  # no server: run() records the config
+    fake = types.ModuleType("qrouter.server")  # no server: run() records the config
     fake.run = lambda cfg: seen.append(cfg) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "router.server", fake)
-    monkeypatch.setattr("router.log.setup_logging", lambda *args: None)
+    monkeypatch.setitem(sys.modules, "qrouter.server", fake)
+    monkeypatch.setattr("qrouter.log.setup_logging", lambda *args: None)
     result = CliRunner().invoke(
         main, ["start", "--write-buffer-high", "5000", "--write-buffer-low", "100"]
     )

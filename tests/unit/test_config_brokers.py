@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.addresses import AddressTable
-from router.config import AutoLinkConfig, ConfigError, load_config
+from qrouter.addresses import AddressTable
+from qrouter.config import AutoLinkConfig, ConfigError, load_config
 
 BROKER = """
 [[connector]]

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from router.addresses import AddressEntry, AddressTable
-from router.config import ConfigError, load_config
+from qrouter.addresses import AddressEntry, AddressTable
+from qrouter.config import ConfigError, load_config
 
 
 def test_parsed_from_the_file(write_config: Callable[..., str]) -> None:

@@ -1,4 +1,4 @@
-"""The [limits] table, --limit and a listener's max_message_size (router/limits.py)."""
+"""The [limits] table, --limit and a listener's max_message_size (qrouter/limits.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from router.config import ConfigError, load_config
-from router.limits import LimitsConfig
+from qrouter.config import ConfigError, load_config
+from qrouter.limits import LimitsConfig
 
 WriteConfig = Callable[..., str]
 

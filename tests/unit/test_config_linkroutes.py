@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.config import ConfigError, LinkRouteConfig, load_config
-from router.linkroutes import matches
+from qrouter.config import ConfigError, LinkRouteConfig, load_config
+from qrouter.linkroutes import matches
 
 BROKER = """
 [[connector]]

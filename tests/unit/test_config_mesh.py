@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from router.config import ConfigError, ConnectorConfig, load_config
+from qrouter.config import ConfigError, ConnectorConfig, load_config
 
 
 def test_connectors_from_toml(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_cli_overrides(tmp_path: Path) -> None:
 
 
 def test_cli_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    from router import cli
+    from qrouter import cli
 
     seen = {}
 
@@ -63,7 +63,7 @@ def test_cli_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
         seen["cfg"] = cfg
         return 0
 
-    monkeypatch.setattr("router.server.run", fake_run)
+    monkeypatch.setattr("qrouter.server.run", fake_run)
     result = CliRunner().invoke(
         cli.main,
         ["start", "--id", "A", "--inter-router-listen", ":7000", "--inter-router-connect", ""],

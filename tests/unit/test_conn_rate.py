@@ -1,8 +1,8 @@
-"""router/conn_rate.py: per-host token buckets of new connections, with a fake clock."""
+"""qrouter/conn_rate.py: per-host token buckets of new connections, with a fake clock."""
 
 from __future__ import annotations
 
-from router.conn_rate import ConnectionRate
+from qrouter.conn_rate import ConnectionRate
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""router/dispatch_config.py: Qpid Dispatch's qdrouterd.conf read as qrouter's configuration,
+"""qrouter/dispatch_config.py: Qpid Dispatch's qdrouterd.conf read as qrouter's configuration,
 and every entity or attribute qrouter lacks refused with a line naming file, line, entity and
 attribute."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from router.config import ConfigError, load_config
-from router.dispatch_config import looks_like_dispatch, parse
+from qrouter.config import ConfigError, load_config
+from qrouter.dispatch_config import looks_like_dispatch, parse
 
 FULL = """\
 # a Dispatch 1.19 interior router

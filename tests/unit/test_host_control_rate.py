@@ -1,8 +1,8 @@
-"""router/host_control_rate.py: one control-frame bucket per remote host, on a fake clock."""
+"""qrouter/host_control_rate.py: one control-frame bucket per remote host, on a fake clock."""
 
 from __future__ import annotations
 
-from router.host_control_rate import HostControlRate
+from qrouter.host_control_rate import HostControlRate
 
 
 class Clock:

@@ -1,11 +1,11 @@
-"""router/limits.py without a router: connection accounting and the terminus rules."""
+"""qrouter/limits.py without a router: connection accounting and the terminus rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.limits import RESOURCE_LIMIT, Limits, LimitsConfig
-from router.link_registry import AttachError, LinkRegistry
+from qrouter.limits import RESOURCE_LIMIT, Limits, LimitsConfig
+from qrouter.link_registry import AttachError, LinkRegistry
 
 
 def test_connections_counted_until_released() -> None:

@@ -1,4 +1,4 @@
-"""The link registry (router/link_registry.py): uniqueness, stealing, expiry policies and
+"""The link registry (qrouter/link_registry.py): uniqueness, stealing, expiry policies and
 timeouts (3.5.6, counted from suspension, also across a restart), recovery of a terminus
 for a null source/target, durability capped by the store. A fake clock, fake links and a
 real store for the restart cases."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import stores
-from router.link_registry import EXPIRY_POLICIES, AttachError, LinkRegistry
-from router.termini_store import StorePersistence
+from qrouter import stores
+from qrouter.link_registry import EXPIRY_POLICIES, AttachError, LinkRegistry
+from qrouter.termini_store import StorePersistence
 
 KEY = ("router", "client", "orders-in", "sender")
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from router.log import setup_logging, tag
+from qrouter.log import setup_logging, tag
 
 
 def test_text_and_module_levels() -> None:

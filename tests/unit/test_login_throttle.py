@@ -1,4 +1,4 @@
-"""router/login_throttle.py: the per-host backoff on a fake clock, bounded memory and
+"""qrouter/login_throttle.py: the per-host backoff on a fake clock, bounded memory and
 pending checks; the `[login]` table and `handshake_timeout` in the config file. The throttle
 against a real router: tests/interop/test_login_throttle.py."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from router.config import ConfigError, LoginConfig, load_config
-from router.login_throttle import LoginThrottle
+from qrouter.config import ConfigError, LoginConfig, load_config
+from qrouter.login_throttle import LoginThrottle
 
 
 class Clock:

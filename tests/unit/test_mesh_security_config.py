@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from router.config import ConfigError, ListenerConfig, connector_password, is_loopback, load_config
-from router.sasl import anonymous_allowed, offered
+from qrouter.config import ConfigError, ListenerConfig, connector_password, is_loopback, load_config
+from qrouter.sasl import anonymous_allowed, offered
 from tests.unit.test_config import WriteConfig, error_of
 
 
@@ -154,7 +154,7 @@ def test_connector_password_never_on_the_command_line() -> None:
 
 
 def test_management_cannot_open_an_insecure_mesh_listener_off_loopback(certs: Any) -> None:
-    from router.config import listener_from_table
+    from qrouter.config import listener_from_table
 
     with pytest.raises(ConfigError, match="listener.host: an inter-router listener on 0.0.0.0"):
         listener_from_table({"host": "0.0.0.0", "port": 0, "role": "inter-router"})

@@ -1,4 +1,4 @@
-"""router/policy.py without a router: parsing ([policy] and policy_file), the management role
+"""qrouter/policy.py without a router: parsing ([policy] and policy_file), the management role
 table, ${user} substitution, and the log rate limiter. The rules against real routers and
 proton clients are in tests/interop/test_policy.py."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from router.config import ConfigError, load_config
-from router.policy import ConnInfo, Policy, parse_policy
+from qrouter.config import ConfigError, load_config
+from qrouter.policy import ConnInfo, Policy, parse_policy
 
 
 def info(user: str | None, listener: str = "127.0.0.1", require_auth: bool = False) -> ConnInfo:

@@ -1,4 +1,4 @@
-"""SCRAM-SHA-256 (router/scram.py): our client and server against each other and against a
+"""SCRAM-SHA-256 (qrouter/scram.py): our client and server against each other and against a
 third-party implementation (scramp), the users-file records, and the refused cases."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import scramp
 
-from router import scram
-from router.auth import UserDB, check_password, hash_password
+from qrouter import scram
+from qrouter.auth import UserDB, check_password, hash_password
 
 FAST = 4096  # RFC 7677's minimum; keeps the tests quick
 

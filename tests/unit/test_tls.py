@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from router.config import ConfigError
-from router.tls import client_context, server_context
+from qrouter.config import ConfigError
+from qrouter.tls import client_context, server_context
 
 
 def handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> tuple[str | None, Any]:

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from router.journal import origin_id, schema
+from qrouter.journal import origin_id, schema
 
 START_NS = 1_700_000_000_000_000_000  # a whole second, so 1 s buckets line up with the rate
 

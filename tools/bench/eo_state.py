@@ -1,4 +1,4 @@
-"""The exactly-once state machine alone (router/eo), without routers or sockets.
+"""The exactly-once state machine alone (qrouter/eo), without routers or sockets.
 
 Three `TopicRouter`s A, B, C wired directly (messages handed over in order), a publisher on
 A and one subscriber on each (a client that cannot resume, as the bench's proton
@@ -24,7 +24,7 @@ if CHECKOUT and str(CHECKOUT) not in sys.path:
     sys.path.insert(0, str(CHECKOUT))  # the checkout's router package, as run.py does
 
 if TYPE_CHECKING:
-    from router.eo import AttId, Pub
+    from qrouter.eo import AttId, Pub
 
 PUB = ("bench-publisher", "sender")
 
@@ -55,7 +55,7 @@ class _Port:
 
 def run(n: int) -> float:
     """CPU seconds per message of the three state machines."""
-    from router.eo import TopicRouter, outgoing_tag
+    from qrouter.eo import TopicRouter, outgoing_tag
 
     wire: deque[tuple[str, str, dict[str, Any]]] = deque()
     routers = {r: TopicRouter(r, _Port(wire, r), instance=1, topic="bench") for r in "ABC"}

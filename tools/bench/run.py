@@ -157,14 +157,14 @@ def tail(path: Path, lines: int = 2) -> str:
 
 
 class Router:
-    """One router process: `python -m router start` on a free loopback port."""
+    """One router process: `python -m qrouter start` on a free loopback port."""
 
     def __init__(self, logs: Path, name: str, *extra: str) -> None:
         self.port = free_port()
         slug = re.sub(r"[^\w.-]+", "-", name)
         self.log = logs / f"router-{slug}-{self.port}.log"
         listen = ["--listen", f"{HOST}:{self.port}"]
-        self.args = [sys.executable, "-m", "router", "start", *listen, "--log-level", "warning"]
+        self.args = [sys.executable, "-m", "qrouter", "start", *listen, "--log-level", "warning"]
         self.args += extra
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -741,7 +741,7 @@ def multicast(b: Bench) -> Row:
 
 def pubsub(guarantee: str | None, store: str | None = None) -> Callable[[Bench], Row]:
     """Issue 5: 1 publisher -> 3 subscribers on 3 routers (a triangle), plain multicast or a
-    topic with a guarantee. Guaranteed topics run the protocol of router/eo in Python per
+    topic with a guarantee. Guaranteed topics run the protocol of qrouter/eo in Python per
     message (docs/exactly-once.md), so they get fewer messages."""
 
     def scenario(b: Bench) -> Row:
@@ -866,7 +866,7 @@ def abuse(b: Bench) -> Row:
     every 50 ms all along, stays under ABUSE_RSS_MIB."""
     if CHECKOUT and str(CHECKOUT) not in sys.path:
         sys.path.insert(0, str(CHECKOUT))  # the checkout's router package, as its routers use
-    from router.auth import hash_password
+    from qrouter.auth import hash_password
 
     name = "one-hop unsettled, 20 abusers"
     calm_name = "one-hop unsettled, calm (abuse baseline)"

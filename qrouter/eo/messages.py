@@ -1,0 +1,94 @@
+"""Messages between routers for a guaranteed topic (docs/exactly-once.md, "Messages").
+
+Plain maps of str / int / bytes / list, so they encode as AMQP maps with no schema, like the
+mesh protocol's (qrouter/mesh/messages.py). Every message carries `op`, `v` (protocol version)
+and `topic` (the address of the guaranteed topic: one `TopicRouter` per topic). A subscriber
+is `[container, link]`, an attachment `[router, instance, n]`, a map entry `[tag, accepted]`.
+
+They travel on one FIFO channel per pair of routers (an AMQP link from router to router): the
+protocol relies on that order, and on a channel that breaks losing what was in flight (both
+ends are then told `router_down`, and re-synchronise on `router_up`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qrouter.eo.records import AttId, Sub
+
+EO_VERSION = 1
+
+Wire = dict[str, Any]
+
+# op -> {field: type}; every field is required, extra keys are ignored.
+FIELDS: dict[str, dict[str, type]] = {
+    # on router_up: my instance, my local subscriber attachments, every subscriber I know
+    "SUBS": {"instance": int, "attached": list, "known": list, "closed": list},
+    "SUB": {"att": list, "sub": list, "map": list},  # a subscriber attached here
+    "UNSUB": {"att": list, "sub": list, "closed": int},  # ... detached (closed: for good)
+    "FWD": {"t": bytes, "pub": list, "tag": bytes, "body": bytes, "targets": list},
+    "ACCEPT": {"t": bytes, "subs": list},  # these local subscribers accepted t
+    "SETTLE": {"t": bytes, "targets": list},  # the publisher settled t
+    "SEEN": {"t": bytes, "subs": list},  # these subscribers have seen t settled
+    "ASK": {"pub": list, "tags": list},  # who holds this publisher? what became of these?
+    "ANSWER": {"pub": list, "settled": list, "live": list},
+    "PING": {"e": int},
+    "PONG": {"e": int},
+    # the answer to any message of a router without a guarantee for the topic (issue 15 b)
+    "LACKING": {},
+}
+
+
+class ProtocolError(ValueError):
+    """A message that cannot be understood."""
+
+
+def make(op: str, topic: str, **fields: Any) -> Wire:
+    return {"op": op, "v": EO_VERSION, "topic": topic, **fields}
+
+
+def check(msg: Any) -> Wire:
+    """Validate `msg`; raise ProtocolError with the reason."""
+    if not isinstance(msg, dict):
+        raise ProtocolError("not a map")
+    op = msg.get("op")
+    if op not in FIELDS:
+        raise ProtocolError(f"unknown op {op!r}")
+    if msg.get("v") != EO_VERSION:
+        raise ProtocolError(f"{op}: version {msg.get('v')!r}, expected {EO_VERSION}")
+    for name, kind in FIELDS[op].items():
+        value = msg.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ProtocolError(f"{op}: field {name!r} missing or not {kind.__name__}")
+    return msg
+
+
+def att_wire(att: AttId) -> list[Any]:
+    return [att[0], att[1], att[2]]
+
+
+def att_of(value: Any) -> AttId:
+    router, instance, n = value
+    if not (isinstance(router, str) and isinstance(instance, int) and isinstance(n, int)):
+        raise ProtocolError(f"bad attachment id {value!r}")
+    return (router, instance, n)
+
+
+def sub_of(value: Any) -> Sub:
+    container, link = value
+    if not (isinstance(container, str) and isinstance(link, str)):
+        raise ProtocolError(f"bad subscriber id {value!r}")
+    return (container, link)
+
+
+def map_wire(unsettled: dict[bytes, bool]) -> list[list[Any]]:
+    return [[tag, int(accepted)] for tag, accepted in unsettled.items()]
+
+
+def map_of(value: Any) -> dict[bytes, bool]:
+    out: dict[bytes, bool] = {}
+    for tag, accepted in value:
+        if not isinstance(tag, bytes):
+            raise ProtocolError(f"bad tag {tag!r}")
+        out[tag] = bool(accepted)
+    return out

@@ -1,0 +1,89 @@
+"""Control frames a second from one remote host (``limits.max_control_rate_per_host``,
+docs/configuration.md "[limits]").
+
+``max_control_rate`` bounds the control frames (ATTACH, DETACH, BEGIN, END, ...: Python each)
+of one client connection; a host with many connections multiplies it (four attach storms from
+one host: four times the rate). A token bucket per remote address, shared by all the client
+connections from that address and charged alongside each connection's own, bounds what the
+host as a whole makes the router spend: ``rate`` frames a second, in bursts of ``burst``. Past
+it the host's connections that send control frames are read more slowly, as with the
+per-connection rate (qrouter/server.py); nothing is dropped or refused. A connection of that
+host that sends only messages (TRANSFER, FLOW, DISPOSITION) is not slowed. Loopback is a host
+like any other; inter-router connections are exempt.
+
+A bucket is kept while it is used; at most ``max_hosts`` are kept, the least recently used
+dropped first (a connection keeps the bucket it was given: it and the other connections that
+hold it go on sharing it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+MAX_HOSTS = 4096
+
+
+class ControlBucket:
+    """The control-frame bucket of one remote host; its tokens may go below zero (a feed is
+    charged after it was handled), and the host then waits until they are back to zero."""
+
+    __slots__ = ("rate", "burst", "tokens", "filled", "clock")
+
+    def __init__(self, rate: int, burst: int, clock: Callable[[], float]) -> None:
+        self.rate = float(rate)
+        self.burst = float(max(burst, 1))
+        self.tokens = self.burst
+        self.clock = clock
+        self.filled = clock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.filled) * self.rate)
+        self.filled = now
+
+    def spend(self, used: int) -> bool:
+        """Take `used` control frames: True when the host has now spent more than it has."""
+        self._refill()
+        self.tokens -= used
+        return self.tokens < 0
+
+    def wait(self) -> float:
+        """Seconds until the bucket is back to zero (0.0: it is not overspent)."""
+        self._refill()
+        return -self.tokens / self.rate if self.tokens < 0 else 0.0
+
+
+class HostControlRate:
+    """Per-host buckets of control frames; ``rate`` 0 turns the limit off."""
+
+    def __init__(
+        self,
+        rate: int,
+        burst: int,
+        max_hosts: int = MAX_HOSTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.max_hosts = max_hosts
+        self._clock = clock
+        self._hosts: OrderedDict[str, ControlBucket] = OrderedDict()
+
+    def bucket(self, host: str) -> ControlBucket | None:
+        """The bucket a new client connection from `host` is to share (None: limit off)."""
+        if not self.rate:
+            return None
+        b = self._hosts.get(host)
+        if b is None:
+            b = self._hosts[host] = ControlBucket(self.rate, self.burst, self._clock)
+            while len(self._hosts) > self.max_hosts:
+                self._hosts.popitem(last=False)
+        else:
+            self._hosts.move_to_end(host)
+        return b
+
+    @property
+    def hosts(self) -> int:
+        return len(self._hosts)

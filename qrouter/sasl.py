@@ -1,0 +1,182 @@
+"""The server side of SASL beyond PLAIN (5.3.3): which mechanisms a listener offers, ANONYMOUS
+off loopback, EXTERNAL from the TLS client certificate, the SCRAM-SHA-256 exchange, and who is
+admitted as a router (docs/configuration.md, "Security").
+
+Called once per connection (qrouter/core.py), never per message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from qrouter.config import ConnectorConfig, ListenerConfig, RouterConfig, is_loopback
+from qrouter.scram import MECHANISM as SCRAM
+from qrouter.scram import ScramError, ScramServer
+
+if TYPE_CHECKING:
+    from qrouter.auth import UserDB
+
+log = logging.getLogger("qrouter.sasl")
+
+# RFC 4514 section 3 short names of the attributes a certificate subject usually has
+_SHORT = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+_SCRAM_ITERATIONS = 200_000  # what an unknown user is told (qrouter-tool passwd's default)
+
+
+def anonymous_allowed(listener: ListenerConfig) -> bool:
+    """ANONYMOUS (and a connection without SASL): never with require_auth; off loopback only
+    with allow_anonymous."""
+    if listener.require_auth:
+        return False
+    return listener.allow_anonymous or is_loopback(listener.host)
+
+
+def offered(listener: ListenerConfig, have_users: bool) -> tuple[str, ...]:
+    """The listener's mechanisms that can succeed here, in its order."""
+    out = []
+    for mech in listener.sasl_mechanisms:
+        if mech == "ANONYMOUS" and not anonymous_allowed(listener):
+            continue
+        if mech in ("PLAIN", SCRAM) and not have_users:
+            continue
+        if mech == "EXTERNAL" and listener.tls_ca is None:
+            continue
+        out.append(mech)
+    return tuple(out)
+
+
+def _escape(value: str) -> str:
+    # RFC 4514 2.4: escape the specials, a leading '#' or space, a trailing space
+    out = "".join("\\" + ch if ch in ',+"\\<>;=' else ch for ch in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def subject_name(peercert: dict[str, Any]) -> str:
+    """The certificate subject as an RFC 4514 string (most specific RDN first)."""
+    rdns = []
+    for rdn in reversed(peercert.get("subject", ())):
+        rdns.append("+".join(f"{_SHORT.get(k, k)}={_escape(str(v))}" for k, v in rdn))
+    return ",".join(rdns)
+
+
+def common_name(peercert: dict[str, Any]) -> str | None:
+    names = [v for rdn in peercert.get("subject", ()) for k, v in rdn if k == "commonName"]
+    return str(names[-1]) if names else None
+
+
+def peer_certificate(transport: Any) -> dict[str, Any] | None:
+    """The verified peer certificate of a TLS transport (None: no TLS or no certificate)."""
+    if transport is None:
+        return None
+    cert = transport.get_extra_info("peercert")
+    return cert if isinstance(cert, dict) and cert.get("subject") else None
+
+
+def external_user(transport: Any, mapping: str) -> str | None:
+    cert = peer_certificate(transport)
+    if cert is None:
+        return None
+    return common_name(cert) if mapping == "cn" else subject_name(cert)
+
+
+class ServerMechanisms:
+    """SCRAM-SHA-256 and EXTERNAL for one connection (PLAIN and ANONYMOUS stay in core)."""
+
+    def __init__(self, listener: ListenerConfig, users: UserDB | None) -> None:
+        self.listener = listener
+        self.users = users
+        self.scram: ScramServer | None = None
+
+    def start(self, conn: Any, mechanism: str, response: bytes | None) -> Any:
+        """The verdict on a sasl-init (qrouter/_fast/connection.pxi `sasl_answer`)."""
+        if mechanism == "EXTERNAL":
+            user = external_user(conn.transport, self.listener.external_user)
+            if user is None:
+                log.warning("[C%d] SASL EXTERNAL without a client certificate", conn.conn_id)
+                return False
+            # 5.3.3.2 / RFC 4422 appendix A: a non-empty response is the authzid asked for
+            asked = bytes(response or b"").decode("utf-8", "replace")
+            if asked and asked != user:
+                log.warning("[C%d] SASL EXTERNAL: %r may not act as %r", conn.conn_id, user, asked)
+                return False
+            log.info("[C%d] authenticated %r (EXTERNAL)", conn.conn_id, user)
+            return user
+        if mechanism == SCRAM and self.users is not None:
+            self.scram = ScramServer(self.users.scram_keys, _SCRAM_ITERATIONS)
+            try:
+                return self.scram.first(response)
+            except ScramError as exc:
+                log.warning("[C%d] SASL SCRAM-SHA-256 refused: %s", conn.conn_id, exc)
+                return False
+        return False
+
+    def respond(self, conn: Any, response: bytes | None) -> Any:
+        """The verdict on a sasl-response: SCRAM's client-final-message."""
+        if self.scram is None:
+            return False
+        scram, self.scram = self.scram, None  # one round trip: a second response fails
+        try:
+            user, server_final = scram.final(response)
+        except ScramError as exc:
+            log.warning(
+                "[C%d] SASL SCRAM-SHA-256: refused user %r: %s", conn.conn_id, scram.user, exc
+            )
+            return False
+        log.info("[C%d] authenticated user %r (SCRAM-SHA-256)", conn.conn_id, user)
+        return (user, server_final)
+
+
+def client_start(cc: ConnectorConfig) -> tuple[str, bytes | None, None, Any]:
+    """Connection.start's arguments for a connector: mechanism, initial response, hostname and
+    the step callback (SCRAM). The password is read now: a rotated file is used on reconnect."""
+    from qrouter.config import connector_password
+    from qrouter.scram import ScramClient
+
+    mech = cc.sasl_mechanism
+    if mech == "PLAIN":
+        response = b"\0" + (cc.sasl_username or "").encode() + b"\0"
+        return mech, response + connector_password(cc).encode(), None, None
+    if mech == SCRAM:
+        client = ScramClient(cc.sasl_username or "", connector_password(cc))
+        return mech, client.initial(), None, client
+    if mech == "EXTERNAL":
+        return mech, b"", None, None  # the identity is the one of our certificate
+    return "ANONYMOUS", None, None, None
+
+
+def mesh_refusal(config: RouterConfig, conn: Any, connector: ConnectorConfig | None) -> str | None:
+    """Why a peer may not be a router of this mesh (None: admitted). On our listener: its
+    authenticated identity must be in mesh_identities; on our connector with TLS: the
+    listener's certificate (subject or CN) must be."""
+    identities = set(config.mesh_identities)
+    if not identities:
+        return None
+    if connector is None:
+        if conn.user in identities:
+            return None
+        who = repr(conn.user) if conn.user else "an anonymous peer"
+        return f"{who} is not a mesh identity"
+    cert = peer_certificate(conn.transport)
+    if cert is None:
+        if connector.sasl_mechanism == SCRAM:
+            return None  # the listener proved it holds our SCRAM keys
+        return "the listener showed no certificate to check against mesh_identities"
+    names = {subject_name(cert), common_name(cert)}
+    if names & identities:
+        return None
+    return f"the listener's certificate {subject_name(cert)!r} is not a mesh identity"
