@@ -84,8 +84,8 @@ def child(target: str, out: Path, libfuzzer_args: list[str]) -> None:
 
     import qrouter._fast
 
-    router._fast.__path__.insert(0, str(out / "router" / "_fast"))
-    with atheris.instrument_imports(include=["router"]):
+    qrouter._fast.__path__.insert(0, str(out / "qrouter" / "_fast"))
+    with atheris.instrument_imports(include=["qrouter"]):
         import qrouter.core  # noqa: F401 - instrumented for coverage
         import qrouter.eo  # noqa: F401
         import qrouter.management  # noqa: F401

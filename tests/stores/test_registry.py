@@ -30,9 +30,7 @@ def test_missing_driver_names_the_package(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_import_loads_no_driver() -> None:
-    code = (
-        "import stores, stores.termini, sys; print('lmdb' in sys.modules, 'plyvel' in sys.modules)"
-    )
+    code = "import qrouter.stores, qrouter.stores.termini, sys; print('lmdb' in sys.modules, 'plyvel' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
