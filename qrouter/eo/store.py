@@ -3,7 +3,7 @@
 `RecordStore` is the whole interface: atomic batches of puts and deletes, and a prefix scan for
 recovery. The router commits one batch per input, before any message that depends on it is
 sent. `MemoryRecordStore` is for tests and the simulation (a simulated crash keeps exactly what
-was committed); `TerminusRecordStore` puts the records into a `stores.TerminusStore` (memory,
+was committed); `TerminusRecordStore` puts the records into a `qrouter.stores.TerminusStore` (memory,
 LMDB, LevelDB) under a per-topic prefix.
 """
 
@@ -38,7 +38,7 @@ class MemoryRecordStore:
 
 
 class TerminusRecordStore:
-    """Records of one topic inside a `stores.TerminusStore`, under ``eo/<topic>/``."""
+    """Records of one topic inside a `qrouter.stores.TerminusStore`, under ``eo/<topic>/``."""
 
     def __init__(self, store: Any, topic: str) -> None:
         self.store = store

@@ -6,7 +6,7 @@
             b.put(b"t/...", b"...")
 
 `BACKENDS` maps a name to ``"module:Class"``; the module (and so its driver, ``lmdb`` or
-``plyvel``) is imported only when that store is opened, so ``import stores`` costs nothing and
+``plyvel``) is imported only when that store is opened, so ``import qrouter.stores`` costs nothing and
 a router on the memory store needs neither package. The record layer the router persists is in
 qrouter/stores/termini.py; the contract every backend meets is qrouter/stores/conformance.py.
 """

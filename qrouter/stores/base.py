@@ -113,7 +113,7 @@ class Batch:
 class TerminusStore(abc.ABC):
     """A sorted bytes→bytes map with atomic batches, the capability it offers, and stats.
 
-    Open with ``Class(path, sync=...)``, ``Class.open(...)`` or `stores.open_store`. Use as a
+    Open with ``Class(path, sync=...)``, ``Class.open(...)`` or `qrouter.stores.open_store`. Use as a
     context manager or call `close()`.
     """
 
