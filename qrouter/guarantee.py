@@ -403,6 +403,25 @@ class Guarantees:
         ch.out_n += 1
         self._send(ch.link_id, envelope)
 
+    def _announce_epoch(self, router_id: str, ch: _Channel) -> None:
+        """An envelope with no messages in our epoch: its receiver resets into it (`receive`).
+        One per iteration at most, and none if one goes to `router_id` this iteration anyway."""
+        if ch.link_id is None or self.core.mesh is None:
+            return
+        key = (router_id, ch.epoch, ch.link_id)
+        if key in self.groups:
+            return
+        self.groups[key] = []
+        envelope = {
+            "to": router_id,
+            "from": self.router_id,
+            "e": ch.epoch,
+            "n": ch.out_n,
+            "ms": self.groups[key],
+        }
+        ch.out_n += 1
+        self._send(ch.link_id, envelope)
+
     def _out_deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
         s = self.subs.get(att)
         if s is None:
@@ -743,7 +762,10 @@ class Guarantees:
         if ch is None or not ch.up or not isinstance(e, int) or not isinstance(n, int):
             return  # no route back (yet): the channel opens, and re-synchronises, with it
         if e < ch.epoch:
-            return  # from before a reset
+            # from before a reset: tell the sender our epoch, or a router that has nothing
+            # to say to it (no topic state here) would leave it in the old epoch for ever
+            self._announce_epoch(src, ch)
+            return
         if e > ch.epoch:
             # the other end reset the channel: so do we, in its epoch; it starts at 0
             self._reset(src, ch, e)
