@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.codec import UInt
 from qrouter._fast.engine import DISTRIBUTION_CODES, Connection, Link, source_value, target_value
-from qrouter.config import AutoLinkConfig, ConfigError, ConnectorConfig
+from qrouter.config import AutoLinkConfig, ConnectorConfig
+from qrouter.reconnect import reconnect_forever
 
 if TYPE_CHECKING:
     from qrouter.core import Core
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("qrouter.brokers")
 
 PHASE1 = "_waypoint/"  # the engine address the consumers of a waypoint address bind to
-BACKOFF = (0.1, 2.0)  # reconnect delay: first, most (doubling), as inter-router connectors
 REATTACH = 2.0  # seconds before an autolink the broker detached (or refused) is attached again
 # 3.5.3 / 3.5.4 terminus-durability 1 (configuration): RabbitMQ declares a durable queue for
 # a durable terminus; the router keeps no unsettled state of its own for autolinks
@@ -102,26 +102,10 @@ class Brokers:
         self._tasks.clear()
 
     async def _connector(self, cc: ConnectorConfig) -> None:
-        assert self.loop is not None and self._connect is not None
-        delay = BACKOFF[0]
-        last = ""
-        where = f"{connector_name(cc)} ({cc.host}:{cc.port})"
-        while True:
-            started = self.loop.time()
-            try:
-                closed = await self._connect(cc)
-            except (OSError, ValueError, ConfigError) as exc:
-                level = logging.DEBUG if str(exc) == last else logging.WARNING
-                last = str(exc)
-                log.log(level, "broker %s: %s; retrying in %.1f s", where, exc, delay)
-            else:
-                log.info("broker %s: connected", where)
-                await closed
-                log.info("broker %s: connection closed", where)
-                if self.loop.time() - started > 5.0:
-                    delay = BACKOFF[0]  # it had been up a while: reconnect promptly
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF[1])
+        connect = self._connect
+        assert connect is not None
+        where = f"broker {connector_name(cc)} ({cc.host}:{cc.port})"
+        await reconnect_forever(lambda: connect(cc), where, log)
 
     # -- the connection (qrouter/core.py ConnectionHandler calls these) ------------------------
 

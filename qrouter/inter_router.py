@@ -38,8 +38,9 @@ from qrouter._fast.engine import (
     source_value,
     target_value,
 )
-from qrouter.config import ConfigError, ConnectorConfig
+from qrouter.config import ConnectorConfig
 from qrouter.mesh import RoutingEngine
+from qrouter.reconnect import reconnect_forever
 
 if TYPE_CHECKING:
     from qrouter.core import Core
@@ -58,7 +59,6 @@ AMQP_VALUE = ULong(0x77)  # 3.2.8 amqp-value: the body section of a control mess
 CONTROL_CREDIT = 1000
 EO_OP = "EO"  # a control message that carries a guaranteed topic's message (qrouter/guarantee.py)
 TICK = 0.1  # seconds between routing engine ticks (docs/mesh.md: 0.1-0.25 s)
-BACKOFF = (0.1, 2.0)  # connector reconnect delay: first, most (doubling)
 
 
 def is_inter_router_open(fields: dict[str, Any]) -> bool:
@@ -186,30 +186,15 @@ class Mesh:
     async def _connector(
         self, cc: ConnectorConfig, connect: Callable[[ConnectorConfig], Any]
     ) -> None:
-        delay = BACKOFF[0]
-        last_error = ""
-        where = f"{cc.host}:{cc.port}"
-        while not self._stopping:
-            assert self.loop is not None
-            started = self.loop.time()
-            try:
-                closed = await connect(cc)
-            except (OSError, ValueError, ConfigError) as exc:
-                # TLS refusals (ssl.SSLError) are worth a warning, once per reason; a missing
-                # password file or an empty password (ValueError) too
-                level = logging.DEBUG if isinstance(exc, ConnectionError) else logging.WARNING
-                if str(exc) == last_error:
-                    level = logging.DEBUG
-                last_error = str(exc)
-                log.log(level, "connector %s: %s; retrying in %.1f s", where, exc, delay)
-            else:
-                log.info("connector %s: connected", where)
-                await closed
-                log.info("connector %s: connection closed", where)
-                if self.loop.time() - started > 5.0:
-                    delay = BACKOFF[0]  # it had been up a while: reconnect promptly
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF[1])
+        # a peer router that is not up yet (ConnectionError) is no news; TLS refusals
+        # (ssl.SSLError), a missing password file or an empty password (ValueError) are
+        await reconnect_forever(
+            lambda: connect(cc),
+            f"connector {cc.host}:{cc.port}",
+            log,
+            quiet=(ConnectionError,),
+            running=lambda: not self._stopping,
+        )
 
     # -- connections (called by qrouter/core.py) ------------------------------------------------
 

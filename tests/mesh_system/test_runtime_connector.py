@@ -14,7 +14,7 @@ from tests.management.test_runtime_changes import send_through
 from tests.management.tooling import ok, run_tool
 from tests.mesh_system.mesh import wait_log
 
-BACKOFF_MAX_S = 2.0  # qrouter/inter_router.py BACKOFF: the longest wait between attempts
+BACKOFF_MAX_S = 2.0  # qrouter/reconnect.py MOST_S: the longest wait between attempts
 
 
 def _nodes(r: Any) -> set[str]:
