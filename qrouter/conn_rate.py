@@ -24,12 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
+
+from qrouter.host_table import MAX_HOSTS, HostTable
 
 log = logging.getLogger("qrouter.limits")
 
-MAX_HOSTS = 4096
 HOLD_S = 1.0  # seconds a refused socket is held unread before its reset
 LOG_INTERVAL_S = 60.0  # a host's refusals are logged once in this many seconds
 MAX_HELD = 64  # refused sockets held at once (file descriptors); the rest are reset at once
@@ -56,9 +56,8 @@ class ConnectionRate:
     ) -> None:
         self.rate = rate
         self.burst = max(burst, 1)
-        self.max_hosts = max_hosts
         self._clock = clock
-        self._hosts: OrderedDict[str, _Bucket] = OrderedDict()
+        self._hosts: HostTable[_Bucket] = HostTable(max_hosts)
         self.refused = 0
         self.held = 0
 
@@ -69,13 +68,10 @@ class ConnectionRate:
         now = self._clock()
         b = self._hosts.get(host)
         if b is None:
-            b = _Bucket(float(self.burst), now)
-            self._hosts[host] = b
-            self._trim()
+            b = self._hosts.put(host, _Bucket(float(self.burst), now))
         else:
             b.tokens = min(float(self.burst), b.tokens + (now - b.filled) * self.rate)
             b.filled = now
-            self._hosts.move_to_end(host)
         if b.tokens >= 1.0:
             b.tokens -= 1.0
             return True
@@ -106,10 +102,6 @@ class ConnectionRate:
             abort()
 
         asyncio.get_running_loop().call_later(HOLD_S, drop)
-
-    def _trim(self) -> None:
-        while len(self._hosts) > self.max_hosts:
-            self._hosts.popitem(last=False)
 
     @property
     def hosts(self) -> int:

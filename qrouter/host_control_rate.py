@@ -19,10 +19,9 @@ hold it go on sharing it).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
-MAX_HOSTS = 4096
+from qrouter.host_table import MAX_HOSTS, HostTable
 
 
 class ControlBucket:
@@ -67,9 +66,8 @@ class HostControlRate:
     ) -> None:
         self.rate = rate
         self.burst = burst
-        self.max_hosts = max_hosts
         self._clock = clock
-        self._hosts: OrderedDict[str, ControlBucket] = OrderedDict()
+        self._hosts: HostTable[ControlBucket] = HostTable(max_hosts)
 
     def bucket(self, host: str) -> ControlBucket | None:
         """The bucket a new client connection from `host` is to share (None: limit off)."""
@@ -77,11 +75,7 @@ class HostControlRate:
             return None
         b = self._hosts.get(host)
         if b is None:
-            b = self._hosts[host] = ControlBucket(self.rate, self.burst, self._clock)
-            while len(self._hosts) > self.max_hosts:
-                self._hosts.popitem(last=False)
-        else:
-            self._hosts.move_to_end(host)
+            b = self._hosts.put(host, ControlBucket(self.rate, self.burst, self._clock))
         return b
 
     @property

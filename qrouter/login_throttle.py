@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from qrouter.config import LoginConfig
+from qrouter.host_table import HostTable
 
 log = logging.getLogger("qrouter.auth")
 
@@ -48,7 +48,8 @@ class LoginThrottle:
         self.config = config
         self._clock = clock
         self._pool: ThreadPoolExecutor | None = None
-        self._hosts: OrderedDict[str, _Failures] = OrderedDict()
+        # the least recently failed forgotten first
+        self._hosts: HostTable[_Failures] = HostTable(config.max_hosts)
         self.pending = 0  # checks queued on or running in the pool
         self.refused = 0  # checks refused because `pending` was at max_pending
         self.delayed = 0  # checks that waited for a host's backoff
@@ -58,11 +59,11 @@ class LoginThrottle:
 
     def delay(self, host: str) -> float:
         """Seconds the next check from `host` waits (0 unless it failed too often lately)."""
-        f = self._hosts.get(host)
+        f = self._hosts.peek(host)
         if f is None:
             return 0.0
         if self._clock() - f.since > self.config.backoff_window:
-            del self._hosts[host]
+            self._hosts.pop(host)
             return 0.0
         over = f.count - self.config.backoff_after
         if over < 0:
@@ -72,18 +73,15 @@ class LoginThrottle:
     def record(self, host: str, ok: bool) -> None:
         """Count a login's result for `host`."""
         if ok:
-            self._hosts.pop(host, None)
+            self._hosts.pop(host)
             return
         self.failed += 1
         now = self._clock()
-        f = self._hosts.get(host)
+        f = self._hosts.peek(host)
         if f is None or now - f.since > self.config.backoff_window:
             f = _Failures(now)
         f.count += 1
-        self._hosts[host] = f
-        self._hosts.move_to_end(host)
-        while len(self._hosts) > self.config.max_hosts:
-            self._hosts.popitem(last=False)
+        self._hosts.put(host, f)
 
     def judge(self, host: str, ok: bool, answer: Any, done: Callable[[Any], None]) -> bool:
         """A login decided on the loop without a hash (a SCRAM proof, an EXTERNAL
