@@ -386,16 +386,12 @@ class Sender(_Link):
         self._hold_new = incomplete
         for rec in list(self._records.values()):
             rec.resumed = False
-            if rec.tag in peer:
-                state = peer[rec.tag]
-                outcome = outcome_of(state, resumed=True)
-                if outcome is not None:
-                    link.send(rec.tag, b"", settled=True, resume=True, state=encode(state))
-                    self._finish(rec, outcome)
-                    continue
-                rec.delivery = link.send(rec.tag, rec.payload, resume=True)
-                rec.resumed = True
-            elif incomplete:
+            state = peer.get(rec.tag)  # None: absent, or held with no state
+            outcome = outcome_of(state, resumed=True)
+            if outcome is not None:  # a terminal state: the outcome is known
+                link.send(rec.tag, b"", settled=True, resume=True, state=encode(state))
+                self._finish(rec, outcome)
+            elif rec.tag in peer or incomplete:
                 rec.delivery = link.send(rec.tag, rec.payload, resume=True)
                 rec.resumed = True
             else:
