@@ -6,6 +6,10 @@
   status 0. When the test failed, the log of every router it started is printed.
 * ``blocking`` — a factory for ``proton.utils.BlockingConnection`` with a
   bounded timeout, closed at teardown.
+* ``certs`` — CA, server and client certificates (tests/certs.py), made once per run.
+
+Every test of the folders in DEFAULT_TIMEOUTS is bounded by pytest-timeout even when it
+forgets its own mark (the rest by pyproject.toml's ``timeout``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,29 @@ from typing import Any
 import pytest
 
 from tests.harness import DEFAULT_TIMEOUT, Process, Router
+
+# seconds a test of tests/<folder> may take without a timeout mark of its own; the tests' own
+# waits are all shorter than this
+DEFAULT_TIMEOUTS = {
+    "broker": 120,
+    "client": 120,
+    "guarantee": 180,
+    "interop": 90,
+    "management": 120,
+    "mesh_system": 120,
+}
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            folder = item.path.relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        seconds = DEFAULT_TIMEOUTS.get(folder)
+        if seconds is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -85,3 +112,14 @@ def blocking() -> Iterator[Callable[..., Any]]:
             conn.close()
         except Exception:  # noqa: BLE001 - a router that died is reported by `router`
             pass
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """CA, server and client certificates (tests/certs.py), made once per run."""
+    pytest.importorskip(
+        "cryptography", reason="the TLS tests make their certificates with `cryptography`"
+    )
+    from tests.certs import make_certs
+
+    return make_certs(tmp_path_factory.mktemp("certs"))

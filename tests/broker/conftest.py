@@ -10,14 +10,6 @@ import pytest
 
 from tests.broker.rabbitmq import RabbitMQ, missing
 
-DEFAULT_TEST_TIMEOUT = 120
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/broker" in item.nodeid and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT))
-
 
 @pytest.fixture(scope="module")
 def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ]:

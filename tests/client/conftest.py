@@ -6,19 +6,11 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-import pytest
+from tests.conftest import DEFAULT_TIMEOUTS
 
 T = TypeVar("T")
 
-# Every client test is bounded even without its own mark (pytest-timeout); the tests' own
-# waits (asyncio.wait_for) are shorter.
-DEFAULT_TEST_TIMEOUT = 120
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/client/" in item.nodeid and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT))
+DEFAULT_TEST_TIMEOUT = DEFAULT_TIMEOUTS["client"]  # tests/conftest.py
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
