@@ -31,7 +31,6 @@ _SHORT = {
     "domainComponent": "DC",
     "userId": "UID",
 }
-_SCRAM_ITERATIONS = 200_000  # what an unknown user is told (qrouter-tool passwd's default)
 
 
 def anonymous_allowed(listener: ListenerConfig) -> bool:
@@ -117,7 +116,8 @@ class ServerMechanisms:
             log.info("[C%d] authenticated %r (EXTERNAL)", conn.conn_id, user)
             return user
         if mechanism == SCRAM and self.users is not None:
-            self.scram = ScramServer(self.users.scram_keys, _SCRAM_ITERATIONS)
+            # an unknown user is told the count the file's users have (no tell who exists)
+            self.scram = ScramServer(self.users.scram_keys, self.users.typical_iterations())
             try:
                 return self.scram.first(response)
             except ScramError as exc:
