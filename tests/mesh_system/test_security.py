@@ -297,9 +297,10 @@ def _read_frame(sock: socket.socket) -> tuple[int, list[Any]]:
 def test_scram_with_a_third_party_implementation(
     router: Any, tmp_path: Path, password: str
 ) -> None:
-    """No AMQP client here speaks SCRAM (proton's wheel has no Cyrus SASL: SASL.extended() is
-    False), so the SASL frames go over a raw socket and scramp, a SCRAM library that is not
-    ours, computes the client's messages and checks the router's signature."""
+    """proton's PyPI wheel has no Cyrus SASL (SASL.extended() is False) and so no SCRAM
+    (tests/interop/test_scram_cyrus.py runs with a proton built with Cyrus), so the SASL
+    frames go over a raw socket and scramp, a SCRAM library that is not ours, computes the
+    client's messages and checks the router's signature."""
     import scramp
     from qrouter._fast.codec import Symbol
 
