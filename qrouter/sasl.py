@@ -171,7 +171,7 @@ def mesh_refusal(
         return None
     if connector is None:
         if conn.user in identities:
-            return _claim_refusal(config, {conn.user}, claimed)
+            return _claim_refusal(config, {str(conn.user)}, claimed)
         who = repr(conn.user) if conn.user else "an anonymous peer"
         return f"{who} is not a mesh identity"
     cert = peer_certificate(conn.transport)
@@ -179,7 +179,7 @@ def mesh_refusal(
         if connector.sasl_mechanism == SCRAM:
             return None  # the listener proved it holds our SCRAM keys
         return "the listener showed no certificate to check against mesh_identities"
-    names = {subject_name(cert), common_name(cert)} & identities
+    names = {name for name in (subject_name(cert), common_name(cert)) if name in identities}
     if names:
         return _claim_refusal(config, names, claimed)
     return f"the listener's certificate {subject_name(cert)!r} is not a mesh identity"
