@@ -169,12 +169,16 @@ def test_a_mesh_identity_may_claim_only_its_router_id(router: Any, certs: MeshCe
         "require_auth": True,
         "external_user": "cn",
     }
-    a = _start(router, "A", inter=inter, mesh_identities=bound)
+    from tests.management.tooling import scrape, value
+
+    metrics = free_port()
+    a = _start(router, "A", inter=inter, mesh_identities=bound, metrics=f"{HOST}:{metrics}")
     connector = {"port": _inter_port(a), **_tls(certs, "C"), "sasl_mechanism": "EXTERNAL"}
     forged = _start(router, "B", connectors=[connector], mesh_identities=bound)
     wait_log(a, "inter-router connection refused: 'C' may act as router 'C' only, not 'B'", 15)
     wait_log(forged, "may act as router 'C' only", timeout=15)
     assert "router 'B' reachable" not in a.log_text()
+    assert value(scrape(metrics), "qrouter_mesh_refused_total", reason="identity") >= 1
     c = _start(router, "C", connectors=[connector], mesh_identities=bound)
     wait_log(c, "neighbour 'A' up", timeout=15)
     # our connector checks the listener's certificate the same way: A's, bound to "A"
