@@ -18,16 +18,18 @@ import hashlib
 import hmac
 import os
 import tempfile
+from collections import Counter
 
 from qrouter import scram
 from qrouter.config import ConfigError
 
 _SCHEME = "pbkdf2-sha256"
 _SALT_BYTES = 16
+DEFAULT_ITERATIONS = scram.DEFAULT_ITERATIONS
 _MAX_ITERATIONS = 10_000_000  # refuse absurd counts from a damaged file (login would hang)
 
 
-def hash_password(password: str, *, iterations: int = 200_000) -> str:
+def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS) -> str:
     """A salted PBKDF2-HMAC-SHA256 hash: ``pbkdf2-sha256$<iter>$<b64 salt>$<b64 hash>``."""
     if not 1 <= iterations <= _MAX_ITERATIONS:
         raise ValueError(f"iterations must be between 1 and {_MAX_ITERATIONS}")
@@ -61,6 +63,13 @@ def _parse_hash(stored: str) -> tuple[int, bytes, bytes]:
     if not salt or len(digest) != hashlib.sha256().digest_size:
         raise ValueError("bad salt or hash length")
     return int(parts[1]), salt, digest
+
+
+def _iterations(stored: str) -> int:
+    try:
+        return _parse_hash(stored)[0]
+    except ValueError:
+        return DEFAULT_ITERATIONS
 
 
 def check_password(password: str, stored: str) -> bool:
@@ -103,11 +112,12 @@ def _check_user(user: str) -> None:
         raise ValueError(f"bad user name {user!r} (empty, ':', spaces at the ends or control)")
 
 
-@functools.cache
-def _dummy_hash() -> str:
-    # A hash of a random password: verify() runs PBKDF2 for unknown users too, so the time a
-    # failed login takes does not tell whether the user exists.
-    return hash_password(os.urandom(16).hex())
+@functools.lru_cache(maxsize=4)
+def _dummy_hash(iterations: int = DEFAULT_ITERATIONS) -> str:
+    # A hash of a random password: verify() runs PBKDF2 for unknown users too, with the count
+    # the users file's records have (UserDB.typical_iterations), so the time a failed login
+    # takes does not tell whether the user exists.
+    return hash_password(os.urandom(16).hex(), iterations=iterations)
 
 
 class UserDB:
@@ -122,6 +132,7 @@ class UserDB:
         # The file as read: comment/blank lines verbatim, user lines as the user name.
         self._lines: list[tuple[str, str]] = []  # ("text", line) | ("user", name)
         self._from_file = False
+        self._typical: int | None = None  # typical_iterations(), computed once per change
         for user, stored in (users or {}).items():
             self.set_hash(user, stored)
 
@@ -175,17 +186,26 @@ class UserDB:
         try:
             stored = self._hashes.get(user)
             if stored is None:
-                check_password(str(password), _dummy_hash())
+                check_password(str(password), _dummy_hash(self.typical_iterations()))
                 return False
             return check_password(password, stored)
         except Exception:  # a login check must fail closed, never take the connection down
             return False
 
-    def set(self, user: str, password: str, *, iterations: int = 200_000) -> None:
+    def set(self, user: str, password: str, *, iterations: int = DEFAULT_ITERATIONS) -> None:
         """Add the user or change their password. ValueError on a bad name or empty password."""
         if not password:
             raise ValueError("empty password")
         self.set_hash(user, scram.make_record(password, iterations=iterations))
+
+    def typical_iterations(self) -> int:
+        """The iteration count an unknown user is given (SCRAM's server-first-message, the
+        PLAIN check's dummy hash): the most common one of the file's records, so that a count
+        set with ``qrouter-tool passwd --iterations`` does not tell who exists."""
+        if self._typical is None:
+            counts = Counter(_iterations(stored) for stored in self._hashes.values())
+            self._typical = counts.most_common(1)[0][0] if counts else DEFAULT_ITERATIONS
+        return self._typical
 
     def scram_keys(self, user: str) -> scram.ScramKeys | None:
         """The user's SCRAM-SHA-256 keys (derived for an old pbkdf2-sha256 line, whose hash is
@@ -208,11 +228,13 @@ class UserDB:
         if user not in self._hashes:
             self._lines.append(("user", user))
         self._hashes[user] = stored
+        self._typical = None
 
     def remove(self, user: str) -> bool:
         if self._hashes.pop(user, None) is None:
             return False
         self._lines = [entry for entry in self._lines if entry != ("user", user)]
+        self._typical = None
         return True
 
     def save(self, path: str) -> None:

@@ -221,6 +221,8 @@ class RouterConfig:
     # mesh (docs/mesh.md, "Security"): the authenticated identities (EXTERNAL-mapped subjects,
     # users-file users) admitted as routers; empty: any peer an inter-router listener admits
     mesh_identities: tuple[str, ...] = ()
+    # mesh_identities given as a table: identity -> the one router id it may claim
+    mesh_router_ids: dict[str, str] = field(default_factory=dict)
     allow_insecure_mesh: bool = False  # an inter-router listener off loopback without TLS
     # frame trace (docs/operations.md): log every frame of new connections on qrouter.trace
     trace: bool = False
@@ -642,8 +644,16 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
         cfg.limits = parse_limits(table, _want_int, _want_number, _want_choice)
     if "mesh_identities" in doc:
         value = doc["mesh_identities"]
+        if isinstance(value, dict):  # identity = "the router id it may claim"
+            cfg.mesh_router_ids = {
+                str(k): _want_str(f"mesh_identities.{k}", v) for k, v in value.items()
+            }
+            value = list(cfg.mesh_router_ids)
         if not isinstance(value, list):
-            raise ConfigError("expected an array of strings", key="mesh_identities")
+            raise ConfigError(
+                "expected an array of strings or a table of identity = router id",
+                key="mesh_identities",
+            )
         cfg.mesh_identities = tuple(
             _want_str(f"mesh_identities[{i}]", item) for i, item in enumerate(value)
         )

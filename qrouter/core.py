@@ -330,10 +330,13 @@ class ConnectionHandler:
                     else "the peer did not answer as an inter-router listener",
                 )
                 return
+            from qrouter.inter_router import P_ID
             from qrouter.sasl import mesh_refusal
 
-            refusal = mesh_refusal(self.core.config, conn, self.connector)
+            claimed = fields["properties"].get(P_ID)  # a map: is_inter_router_open said so
+            refusal = mesh_refusal(self.core.config, conn, self.connector, claimed)
             if refusal is not None:
+                self.core.mesh.refused["identity"] += 1
                 log.error("[C%d] inter-router connection refused: %s", conn.conn_id, refusal)
                 conn.close("amqp:unauthorized-access", refusal)
                 return

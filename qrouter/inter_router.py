@@ -118,7 +118,13 @@ class Mesh:
         self.loop: asyncio.AbstractEventLoop | None = None
         # control messages dropped because the router id they claim is not the peer's, or
         # their origin is not behind the connection they came on (docs/mesh.md, "Security")
-        self.refused: dict[str, int] = {"second-connection": 0, "hello-id": 0, "eo-origin": 0}
+        # "identity": refused by mesh_identities (qrouter/sasl.py mesh_refusal, from core.py)
+        self.refused: dict[str, int] = {
+            "second-connection": 0,
+            "hello-id": 0,
+            "eo-origin": 0,
+            "identity": 0,
+        }
 
     # -- lifecycle -----------------------------------------------------------------------------
 

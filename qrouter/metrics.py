@@ -210,8 +210,9 @@ class RouterCollector:
         data_plane = getattr(core, "mesh", None)
         refused = CounterMetricFamily(
             "qrouter_mesh_refused",
-            "Inter-router claims refused: a second connection for a connected router id, a "
-            "HELLO naming another id, a guaranteed-topic envelope or address update whose "
+            "Inter-router claims refused: a peer that is not a mesh identity or claims "
+            "another router id than its own, a second connection for a connected router id, "
+            "a HELLO naming another id, a guaranteed-topic envelope or address update whose "
             "origin is not behind its connection.",
             labels=["reason"],
         )

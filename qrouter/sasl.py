@@ -31,7 +31,6 @@ _SHORT = {
     "domainComponent": "DC",
     "userId": "UID",
 }
-_SCRAM_ITERATIONS = 200_000  # what an unknown user is told (qrouter-tool passwd's default)
 
 
 def anonymous_allowed(listener: ListenerConfig) -> bool:
@@ -117,7 +116,8 @@ class ServerMechanisms:
             log.info("[C%d] authenticated %r (EXTERNAL)", conn.conn_id, user)
             return user
         if mechanism == SCRAM and self.users is not None:
-            self.scram = ScramServer(self.users.scram_keys, _SCRAM_ITERATIONS)
+            # an unknown user is told the count the file's users have (no tell who exists)
+            self.scram = ScramServer(self.users.scram_keys, self.users.typical_iterations())
             try:
                 return self.scram.first(response)
             except ScramError as exc:
@@ -159,16 +159,19 @@ def client_start(cc: ConnectorConfig) -> tuple[str, bytes | None, None, Any]:
     return "ANONYMOUS", None, None, None
 
 
-def mesh_refusal(config: RouterConfig, conn: Any, connector: ConnectorConfig | None) -> str | None:
+def mesh_refusal(
+    config: RouterConfig, conn: Any, connector: ConnectorConfig | None, claimed: object = None
+) -> str | None:
     """Why a peer may not be a router of this mesh (None: admitted). On our listener: its
     authenticated identity must be in mesh_identities; on our connector with TLS: the
-    listener's certificate (subject or CN) must be."""
+    listener's certificate (subject or CN) must be. With mesh_identities as a table, the
+    router id the peer `claimed` in its OPEN must be the one its identity is given."""
     identities = set(config.mesh_identities)
     if not identities:
         return None
     if connector is None:
         if conn.user in identities:
-            return None
+            return _claim_refusal(config, {str(conn.user)}, claimed)
         who = repr(conn.user) if conn.user else "an anonymous peer"
         return f"{who} is not a mesh identity"
     cert = peer_certificate(conn.transport)
@@ -176,7 +179,19 @@ def mesh_refusal(config: RouterConfig, conn: Any, connector: ConnectorConfig | N
         if connector.sasl_mechanism == SCRAM:
             return None  # the listener proved it holds our SCRAM keys
         return "the listener showed no certificate to check against mesh_identities"
-    names = {subject_name(cert), common_name(cert)}
-    if names & identities:
-        return None
+    names = {name for name in (subject_name(cert), common_name(cert)) if name in identities}
+    if names:
+        return _claim_refusal(config, names, claimed)
     return f"the listener's certificate {subject_name(cert)!r} is not a mesh identity"
+
+
+def _claim_refusal(config: RouterConfig, names: set[str], claimed: object) -> str | None:
+    """A router id is bound to an identity (mesh_identities as a table): another one is a
+    forgery, whatever else the mesh knows of that id."""
+    if not config.mesh_router_ids:
+        return None
+    allowed = sorted(config.mesh_router_ids[name] for name in names)
+    if claimed in allowed:
+        return None
+    who = ", ".join(repr(name) for name in sorted(names))
+    return f"{who} may act as router {' or '.join(map(repr, allowed))} only, not {claimed!r}"

@@ -30,6 +30,10 @@ from dataclasses import dataclass
 MECHANISM = "SCRAM-SHA-256"
 SCHEME = "scram-sha-256"
 MIN_ITERATIONS = 4096  # RFC 7677 section 4: at least 4096
+DEFAULT_ITERATIONS = 200_000  # qrouter-tool passwd's default (one PBKDF2 run: ~50 ms)
+# Cyrus SASL's SCRAM client (python-qpid-proton or proton-C built with Cyrus) refuses to compute
+# more iterations than this ("iteration-count is too big"): write its users with --iterations
+CYRUS_MAX_ITERATIONS = 65_536
 MAX_ITERATIONS = 10_000_000  # as qrouter/auth.py: a damaged file or hostile server cannot hang us
 MAX_MESSAGE = 2048  # bytes of any SCRAM message we accept (names and nonces are short)
 _NONCE_BYTES = 18
@@ -75,7 +79,7 @@ def keys_from_salted(salted: bytes, salt: bytes, iterations: int) -> ScramKeys:
     )
 
 
-def make_record(password: str, *, iterations: int = 200_000) -> str:
+def make_record(password: str, *, iterations: int = DEFAULT_ITERATIONS) -> str:
     """A new users-file record for `password` (fresh 16-byte salt)."""
     if not password:
         raise ValueError("empty password")

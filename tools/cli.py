@@ -9,7 +9,7 @@ from typing import Any
 import click
 from qrouter_tools.management_commands import COMMANDS, OPTION_NAMES, connection_options
 
-from qrouter import __version__
+from qrouter import __version__, scram
 from qrouter.auth import UserDB
 from qrouter.config import ConfigError
 
@@ -54,8 +54,16 @@ main.add_command(audit_command)
     is_flag=True,
     help="Read the password from the first line of standard input instead of prompting.",
 )
+@click.option(
+    "--iterations",
+    type=click.IntRange(scram.MIN_ITERATIONS, scram.MAX_ITERATIONS),
+    default=scram.DEFAULT_ITERATIONS,
+    show_default=True,
+    help="PBKDF2 iterations of the salted keys. Clients using Cyrus SASL for SCRAM-SHA-256 "
+    f"(proton built with it) refuse more than {scram.CYRUS_MAX_ITERATIONS}.",
+)
 @click.argument("user")
-def passwd(users_file: str, password_stdin: bool, user: str) -> None:
+def passwd(users_file: str, password_stdin: bool, iterations: int, user: str) -> None:
     """Add USER to the users file, or change their password."""
     if os.path.exists(users_file):
         try:
@@ -73,7 +81,7 @@ def passwd(users_file: str, password_stdin: bool, user: str) -> None:
         )
     existed = user in db
     try:
-        db.set(user, password)
+        db.set(user, password, iterations=iterations)
     except ValueError as exc:
         _fail(str(exc))
         return

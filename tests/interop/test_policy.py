@@ -375,7 +375,7 @@ def test_max_sessions_refusal_is_counted(router: Any, tmp_path: Path) -> None:
     policy rule, and counts as the group's refusal in /metrics."""
     from tests.engine.pump import AMQP_HEADER, CLOSE, begin_frame, open_frame
     from tests.engine.pump import parse_output as parse
-    from tests.harness import free_port
+    from tests.harness import free_port, retry
     from tests.management.tooling import scrape, value
 
     path = tmp_path / "policy.toml"
@@ -397,5 +397,6 @@ def test_max_sessions_refusal_is_counted(router: Any, tmp_path: Path) -> None:
     error = close[0].error() if close else None
     assert error is not None and error[0] == "amqp:connection:framing-error", close
     assert "policy group 'guests'" in str(error[1]) and "max_sessions 2" in str(error[1])
-    metrics = scrape(metrics_port)
+    # the harness waits for the AMQP listener; /metrics may start a moment later
+    metrics = retry(lambda: scrape(metrics_port), timeout=10, message="/metrics never answered")
     assert value(metrics, "qrouter_policy_refusals_total", group="guests", rule="max_sessions") == 1

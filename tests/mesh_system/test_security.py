@@ -157,6 +157,48 @@ def test_an_authenticated_peer_outside_mesh_identities_is_refused(
     assert "neighbour 'A' up" not in c.log_text()
 
 
+def test_a_mesh_identity_may_claim_only_its_router_id(router: Any, certs: MeshCerts) -> None:
+    """mesh_identities as a table binds each identity to one router id: C's certificate
+    claiming B's id is refused on A's listener, though C is a mesh identity and no B is
+    connected to A (so the one-connection-per-id rule cannot see it); the real C joins."""
+    bound = {"A": "A", "B": "B", "C": "C"}
+    inter = {
+        **_tls(certs, "A"),
+        "require_client_cert": True,
+        "sasl_mechanisms": ["EXTERNAL"],
+        "require_auth": True,
+        "external_user": "cn",
+    }
+    from tests.management.tooling import scrape, value
+
+    metrics = free_port()
+    a = _start(router, "A", inter=inter, mesh_identities=bound, metrics=f"{HOST}:{metrics}")
+    connector = {"port": _inter_port(a), **_tls(certs, "C"), "sasl_mechanism": "EXTERNAL"}
+    forged = _start(router, "B", connectors=[connector], mesh_identities=bound)
+    wait_log(a, "inter-router connection refused: 'C' may act as router 'C' only, not 'B'", 15)
+    wait_log(forged, "may act as router 'C' only", timeout=15)
+    assert "router 'B' reachable" not in a.log_text()
+    assert value(scrape(metrics), "qrouter_mesh_refused_total", reason="identity") >= 1
+    c = _start(router, "C", connectors=[connector], mesh_identities=bound)
+    wait_log(c, "neighbour 'A' up", timeout=15)
+    # our connector checks the listener's certificate the same way: A's, bound to "A"
+    wait_log(a, "neighbour 'C' up")
+
+
+def test_a_listener_claiming_another_router_id_is_refused_by_our_connector(
+    router: Any, certs: MeshCerts
+) -> None:
+    """The connector's side of the binding: a listener showing C's certificate but calling
+    itself B in its OPEN is not taken for B."""
+    bound = {"A": "A", "B": "B", "C": "C"}
+    inter = {**_tls(certs, "C"), "require_client_cert": True, "sasl_mechanisms": ["EXTERNAL"]}
+    forged = _start(router, "B", inter=inter)
+    connector = {"port": _inter_port(forged), **_tls(certs, "A"), "sasl_mechanism": "EXTERNAL"}
+    a = _start(router, "A", connectors=[connector], mesh_identities=bound)
+    wait_log(a, "inter-router connection refused: 'C' may act as router 'C' only, not 'B'", 15)
+    assert "neighbour 'B' up" not in a.log_text()
+
+
 def test_an_anonymous_router_is_refused_where_mesh_identities_are_set(router: Any) -> None:
     a = _start(router, "A", inter={}, mesh_identities=["B"])
     b = _start(router, "B", connectors=[{"port": _inter_port(a)}])
@@ -297,9 +339,10 @@ def _read_frame(sock: socket.socket) -> tuple[int, list[Any]]:
 def test_scram_with_a_third_party_implementation(
     router: Any, tmp_path: Path, password: str
 ) -> None:
-    """No AMQP client here speaks SCRAM (proton's wheel has no Cyrus SASL: SASL.extended() is
-    False), so the SASL frames go over a raw socket and scramp, a SCRAM library that is not
-    ours, computes the client's messages and checks the router's signature."""
+    """proton's PyPI wheel has no Cyrus SASL (SASL.extended() is False) and so no SCRAM
+    (tests/interop/test_scram_cyrus.py runs with a proton built with Cyrus), so the SASL
+    frames go over a raw socket and scramp, a SCRAM library that is not ours, computes the
+    client's messages and checks the router's signature."""
     import scramp
     from qrouter._fast.codec import Symbol
 

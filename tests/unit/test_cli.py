@@ -224,3 +224,22 @@ def test_tool_has_no_placeholder_commands() -> None:
     assert {"passwd"} | ops <= set(commands)
     for name in commands:
         assert commands[name].help, f"{name} has no help text"  # no placeholders
+
+
+def test_passwd_iterations(tmp_path: Path) -> None:
+    """--iterations: a record Cyrus SASL's SCRAM client will compute (at most 65,536); the
+    default stays 200,000, and below RFC 7677's 4,096 is refused."""
+    users = tmp_path / "users"
+    runner = CliRunner()
+    args = ["passwd", "--file", str(users), "--password-stdin"]
+    result = runner.invoke(tool_main, [*args, "--iterations", "65536", "cyrus"], input="pw\n")
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(tool_main, [*args, "plain"], input="pw\n")
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(":", 1) for line in users.read_text().splitlines()[1:])
+    assert lines["cyrus"].startswith("scram-sha-256$65536$")
+    assert lines["plain"].startswith("scram-sha-256$200000$")
+    assert UserDB.load(str(users)).verify("cyrus", "pw")
+    result = runner.invoke(tool_main, [*args, "--iterations", "4095", "weak"], input="pw\n")
+    assert result.exit_code == 2 and "4095" in result.output
+    assert "weak:" not in users.read_text()

@@ -104,6 +104,13 @@ def test_mesh_identities(write_config: WriteConfig) -> None:
     )
 
 
+def test_mesh_identities_as_a_table_bind_router_ids(write_config: WriteConfig) -> None:
+    cfg = load_config(write_config('[mesh_identities]\n"CN=b,O=acme" = "B"\nrouter-c = "C"\n'))
+    assert cfg.mesh_identities == ("CN=b,O=acme", "router-c")
+    assert cfg.mesh_router_ids == {"CN=b,O=acme": "B", "router-c": "C"}
+    assert "mesh_identities.router-c" in error_of(write_config("[mesh_identities]\nrouter-c = 3\n"))
+
+
 @pytest.mark.parametrize(
     ("text", "key", "what"),
     [

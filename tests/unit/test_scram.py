@@ -176,3 +176,43 @@ def test_client_refuses_a_hostile_iteration_count() -> None:
         client("challenge", f"r={nonce}srv,s=c2FsdA==,i=999999999".encode())
     with pytest.raises(scram.ScramError, match="nonce"):
         client("challenge", b"r=other,s=c2FsdA==,i=4096")
+
+
+def _told_iterations(db: UserDB, user: str) -> int:
+    """The i= the router's SCRAM (qrouter/sasl.py) tells `user` in its server-first-message."""
+    from qrouter.config import ListenerConfig
+    from qrouter.sasl import ServerMechanisms
+
+    first = ServerMechanisms(ListenerConfig(), db).start(
+        None, scram.MECHANISM, scram.ScramClient(user, "pw").initial()
+    )
+    assert isinstance(first, bytes)
+    return int(dict(a.split("=", 1) for a in first.decode().split(","))["i"])
+
+
+def test_an_unknown_user_is_told_the_count_the_users_have() -> None:
+    """The iteration count must not tell who exists: users written with passwd --iterations
+    65536 (for Cyrus SASL clients) and a name that is not in the file get the same count."""
+    db = _db(alice="a", bob="b")
+    db.set("carol", "c", iterations=FAST + 1)
+    assert db.typical_iterations() == FAST
+    assert _told_iterations(db, "alice") == _told_iterations(db, "nobody") == FAST
+    assert UserDB().typical_iterations() == scram.DEFAULT_ITERATIONS
+
+
+def test_plain_for_an_unknown_user_costs_the_users_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PLAIN's check of an unknown user runs PBKDF2 with the count of the file's records, so
+    the time a refusal takes does not tell who exists."""
+    import hashlib
+
+    counts: list[int] = []
+    real = hashlib.pbkdf2_hmac
+
+    def spy(name: str, password: bytes, salt: bytes, iterations: int) -> bytes:
+        counts.append(iterations)
+        return real(name, password, salt, iterations)
+
+    db = _db(alice="a")
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", spy)
+    assert not db.verify("alice", "wrong") and not db.verify("nobody", "wrong")
+    assert counts and set(counts) == {FAST}
