@@ -12,6 +12,9 @@ import pytest
 from proton import Message
 from proton.reactor import AtMostOnce
 
+from tests.clients import run_container
+from tests.mesh_system.mesh import Traffic, mesh
+
 N = 200  # messages
 
 
@@ -52,3 +55,16 @@ def test_off_by_default(router: Any, blocking: Any) -> None:
     r.stop()
     log = r.outfile.read_text(errors="replace")
     assert "busy poll" not in log
+
+
+def test_busy_poll_over_two_hops(router: Any) -> None:
+    """Both routers of a chain spin with the option, and the inter-router hop still carries
+    500 unsettled messages from A to a receiver on B, in order, each accepted."""
+    r = mesh(router, [("A", "B")], ["A", "B"], extra_args=["--busy-poll-us", "100"])
+    t = run_container(Traffic(r["A"].url, [r["B"].url], "busy.chain", 500), timeout=60)
+    assert t.received[0] == list(range(500)), "in order, each once"
+    assert len(t.accepted) == 500
+    for name in ("A", "B"):
+        r[name].stop()
+        spins = _spins(r[name].outfile.read_text(errors="replace"))
+        assert spins is not None and spins > 0, name
