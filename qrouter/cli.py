@@ -93,6 +93,13 @@ def main() -> None:
     help="Backpressure: deliveries resume once it is down to this (default 262144).",
 )
 @click.option(
+    "--busy-poll-us",
+    metavar="US",
+    type=int,
+    help="Latency: after an iteration that read something, poll the sockets for up to this "
+    "many µs before sleeping (costs CPU; default 0: off).",
+)
+@click.option(
     "--allow-insecure-mesh",
     is_flag=True,
     help="Let an inter-router listener off loopback run without mutual TLS (any host may join).",
@@ -127,6 +134,7 @@ def start(
     limit: tuple[str, ...],
     write_buffer_high: int | None,
     write_buffer_low: int | None,
+    busy_poll_us: int | None,
     allow_insecure_mesh: bool,
     allow_anonymous: bool,
     trace: bool,
@@ -153,6 +161,7 @@ def start(
             limit=limit,
             write_buffer_high=write_buffer_high,
             write_buffer_low=write_buffer_low,
+            busy_poll_us=busy_poll_us,
             allow_insecure_mesh=allow_insecure_mesh,
             allow_anonymous=allow_anonymous,
             trace=trace,

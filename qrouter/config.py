@@ -45,6 +45,8 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 LOG_FORMATS = ("text", "json")
 
 _UINT32_MAX = 2**32 - 1
+# busy_poll_us: at most 10 ms of spinning after an active loop iteration
+BUSY_POLL_MAX_US = 10_000
 _MIN_MAX_FRAME_SIZE = 512  # 2.7.1 open: min-max-frame-size
 
 
@@ -216,6 +218,9 @@ class RouterConfig:
     # deliveries and its producers no new credit, until the buffer is down to `low`
     write_buffer_high: int = 1024 * 1024
     write_buffer_low: int = 256 * 1024
+    # latency (docs/performance.md): after a loop iteration that read something, spin up to
+    # this many µs polling the sockets before sleeping; 0 = off (it costs CPU)
+    busy_poll_us: int = 0
     metrics: str | None = None  # HOST:PORT of the Prometheus endpoint (/metrics); None: off
     limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits] (qrouter/limits.py)
     # mesh (docs/mesh.md, "Security"): the authenticated identities (EXTERNAL-mapped subjects,
@@ -341,6 +346,7 @@ _TOP_KEYS = (
     "link_capacity",
     "write_buffer_high",
     "write_buffer_low",
+    "busy_poll_us",
     "hello_interval",
     "hello_max_age",
     "guarantee_timeout",
@@ -619,6 +625,8 @@ def _from_table(doc: Mapping[str, Any], base: str | None) -> RouterConfig:
     for key in ("write_buffer_high", "write_buffer_low"):
         if key in doc:
             setattr(cfg, key, _want_int(key, doc[key], 0, _UINT32_MAX))
+    if "busy_poll_us" in doc:
+        cfg.busy_poll_us = _want_int("busy_poll_us", doc["busy_poll_us"], 0, BUSY_POLL_MAX_US)
     if "journal" in doc:
         cfg.journal = _path("journal", doc["journal"], base)
     if "journal_sample" in doc:
@@ -1085,6 +1093,7 @@ _SIMPLE_OVERRIDES: dict[str, Callable[[str, Any], Any]] = {
     "metrics": lambda key, value: parse_metrics(_want_str(key, value), key),
     "write_buffer_high": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
     "write_buffer_low": lambda key, value: _want_int(key, value, 0, _UINT32_MAX),
+    "busy_poll_us": lambda key, value: _want_int(key, value, 0, BUSY_POLL_MAX_US),
     "allow_insecure_mesh": _want_bool,
     "trace": _want_bool,
 }
@@ -1110,7 +1119,7 @@ def load_config(path: str | None = None, **overrides: Any) -> RouterConfig:
     (HOST:PORT[,HOST:PORT...] or ConnectorConfigs; replaces the connectors, "" = none), ``address`` (PREFIX=DIST strings or
     AddressConfig; appended after the file's entries, so they win over them), and ``id``,
     ``store``, ``store_path``, ``users_file``, ``log_level``, ``log_format``,
-    ``default_distribution``, ``metrics``, ``write_buffer_high``, ``write_buffer_low`` (replace). None and empty values are ignored, so click options
+    ``default_distribution``, ``metrics``, ``write_buffer_high``, ``write_buffer_low``, ``busy_poll_us`` (replace). None and empty values are ignored, so click options
     can be passed through unchanged. Raises ConfigError.
     """
     cfg = RouterConfig()

@@ -11,6 +11,7 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.engine import Connection
+from qrouter.busy_poll import BusyPoll
 from qrouter.config import ConfigError, ConnectorConfig, ListenerConfig, RouterConfig
 from qrouter.core import Core
 from qrouter.host_control_rate import ControlBucket
@@ -41,7 +42,10 @@ class AmqpProtocol(asyncio.Protocol):
 
     __slots__ = (
         "core", "listener", "conn", "timer", "tick_remote", "rate", "tokens", "filled", "host_rate",
+        "fd",
     )  # fmt: skip
+
+    busy: BusyPoll | None = None  # busy_poll_us > 0: set by Server.start (busy_poll.py)
 
     def __init__(self, core: Core, listener: ListenerConfig) -> None:
         self.core = core
@@ -54,6 +58,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.tokens = float(self.rate)
         self.filled = 0.0
         self.host_rate: ControlBucket | None = None  # limits.max_control_rate_per_host
+        self.fd = -1  # the socket's, polled by `busy` (busy_poll.py)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -67,6 +72,8 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
         limit_writes(transport, self.core.config)
+        if self.busy is not None:
+            self.fd = self.busy.add(transport)
         log.debug("[C%d] accepted from %s", self.conn.conn_id, peer)
         self._schedule_tick()
 
@@ -93,6 +100,8 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn.feed(data)
         if len(data) <= FLUSH_NOW_BYTES:
             self.core.engine.flush()
+        if self.busy is not None:
+            self.busy.activity()
         over = self._spend()  # charged whether or not it yielded
         if self.conn.yielded or over:
             self._yield()
@@ -164,6 +173,9 @@ class AmqpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        if self.busy is not None:
+            self.busy.remove(self.fd)
+            self.fd = -1
         if self.conn is not None:
             self.conn.transport = None
             self.conn.connection_lost()
@@ -190,6 +202,8 @@ class ConnectorProtocol(AmqpProtocol):
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
         limit_writes(transport, self.core.config)
+        if self.busy is not None:
+            self.fd = self.busy.add(transport)
         self.conn.start(*self.sasl)
         log.debug("[C%d] connected to %s", self.conn.conn_id, transport.get_extra_info("peername"))
         self._schedule_tick()
@@ -274,6 +288,11 @@ class Server:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.core.engine.schedule = loop.call_soon
+        if self.config.busy_poll_us > 0:
+            AmqpProtocol.busy = BusyPoll(self.config.busy_poll_us, loop)
+            log.info(
+                "busy poll: up to %d µs after an active loop iteration", self.config.busy_poll_us
+            )
         self.core.guarantees.start()  # recovers the records of guaranteed topics
         loop.create_task(self._housekeeping())
         if self.core.mesh is not None:
@@ -361,6 +380,9 @@ class Server:
         return protocol.closed
 
     async def stop(self) -> None:
+        if AmqpProtocol.busy is not None:
+            busy = AmqpProtocol.busy
+            log.info("busy poll: %d spins, %d ended by a readable socket", busy.spins, busy.caught)
         self.core.guarantees.stop()
         if self.core.mesh is not None:
             self.core.mesh.stop()
