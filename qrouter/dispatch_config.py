@@ -348,7 +348,12 @@ class _Converter:
             self.refuse(
                 s,
                 "module" if "module" in s.attributes else None,
-                f"only module DEFAULT maps to qrouter's [log] (got {module or 'none'!r})",
+                f"only module DEFAULT maps to qrouter's [log] (got {module or 'none'!r})"
+                + (
+                    "; for a frame trace use trace = true or --trace"
+                    if module == "PROTOCOL"
+                    else ""
+                ),
             )
             return
         table = self.doc.setdefault("log", {})

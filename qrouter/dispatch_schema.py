@@ -115,6 +115,11 @@ AUTOLINK = (
     "operStatus", "linkRef", "lastError",
 )  # fmt: skip
 
+LINKROUTE = (
+    *_ENTITY, "prefix", "pattern", "addExternalPrefix", "delExternalPrefix", "containerId",
+    "connection", "distribution", "direction", "operStatus",
+)  # fmt: skip
+
 # what CREATE takes, as qrouter's name (None: taken and checked by the translation itself)
 _LISTENER_CREATE: dict[str, str | None] = {
     "host": "host",
@@ -149,6 +154,13 @@ _AUTOLINK_CREATE: dict[str, str | None] = {
     "externalAddress": "external_address",
 }
 _AUTOLINK_DEFAULTS: dict[str, Any] = {}
+_LINKROUTE_CREATE: dict[str, str | None] = {
+    "prefix": "prefix",
+    "pattern": "pattern",
+    "direction": "direction",
+    "connection": "connection",
+    "distribution": None,  # Dispatch's only value, linkBalanced: checked by create_linkroute
+}
 _IGNORED = ("name", "identity", "type")
 _PORT_NAMES = {"amqp": 5672, "amqps": 5671}
 
@@ -171,6 +183,9 @@ class DispatchSchema:
     def __init__(self, node: ManagementNode) -> None:
         self.node = node
         self.address_names: dict[str, str] = {}  # Dispatch name of a created entry -> identity
+        # Dispatch name given to a link route created through this type -> (prefix, pattern,
+        # direction); others are named as qrouter names them ("in:prefix")
+        self.linkroute_names: dict[str, tuple[str, str, str]] = {}
         address = DispatchType(
             "router.config.address",
             ADDRESS,
@@ -218,6 +233,14 @@ class DispatchSchema:
                 create=self.create_autolink,
                 delete=node.delete_autolink,
             ),
+            DispatchType(
+                "router.config.linkRoute",
+                LINKROUTE,
+                self.linkroute_rows,
+                ("QUERY", "READ", "CREATE", "DELETE"),
+                create=self.create_linkroute,
+                delete=self.delete_linkroute,
+            ),
         ]
         for t in types:  # every row has every attribute of its type (null: no value here)
             t.rows = _completed(t.attributes, t.rows)
@@ -226,6 +249,9 @@ class DispatchSchema:
         self.types[DISPATCH_PREFIX + "address"] = address
         self.types[DISPATCH_PREFIX + "autoLink"] = self.types[
             DISPATCH_PREFIX + "router.config.autoLink"
+        ]
+        self.types[DISPATCH_PREFIX + "linkRoute"] = self.types[
+            DISPATCH_PREFIX + "router.config.linkRoute"
         ]
 
     def lookup(self, name: str) -> DispatchType | None:
@@ -425,6 +451,45 @@ class DispatchSchema:
         assert isinstance(reply, Response)
         rows = self.autolink_rows()
         return Response(reply.status, reply.description, rows[-1])
+
+    def linkroute_rows(self) -> list[dict[str, Any]]:
+        names = {key: name for name, key in self.linkroute_names.items()}
+        return [
+            _entity(
+                "router.config.linkRoute",
+                names.get((ours["prefix"], ours["pattern"], ours["direction"]), ours["name"]),
+                ours["identity"],
+                prefix=ours["prefix"] or None,
+                pattern=ours["pattern"] or None,
+                connection=ours["connection"] or None,
+                distribution="linkBalanced",
+                direction=ours["direction"],
+                operStatus=ours["operStatus"],
+            )
+            for ours in self.node.core.linkroutes.rows()
+        ]
+
+    def create_linkroute(self, name: str | None, attrs: dict[str, Any]) -> Reply:
+        """qdmanage create --type=linkRoute: prefix or pattern, direction, connection."""
+        distribution = attrs.get("distribution")
+        if distribution is not None and distribution != "linkBalanced":
+            raise ManagementError(
+                400, f"linkRoute attribute 'distribution'={distribution!r} is not supported"
+            )
+        if name is not None and name in self.linkroute_names:
+            raise ManagementError(409, f"a linkRoute named {name!r} exists")
+        ours = _translate("linkRoute", attrs, _LINKROUTE_CREATE, {})
+        reply = self.node.create_linkroute(None, ours)
+        assert isinstance(reply, Response)
+        body = reply.body
+        if name is not None:
+            self.linkroute_names[name] = (body["prefix"], body["pattern"], body["direction"])
+        return Response(reply.status, reply.description, self.linkroute_rows()[-1])
+
+    def delete_linkroute(self, row: dict[str, Any]) -> Reply:
+        reply = self.node.delete_linkroute({"identity": row["identity"], "name": row["name"]})
+        self.linkroute_names.pop(row["name"], None)
+        return reply
 
     def create_address(self, name: str | None, attrs: dict[str, Any]) -> Reply:
         ours = _translate("address", attrs, _ADDRESS_CREATE, _ADDRESS_DEFAULTS)

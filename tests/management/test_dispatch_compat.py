@@ -155,9 +155,9 @@ def test_unknown_types_and_get_types(router: Any, blocking: Any) -> None:
         {"attributeNames": []},
         operation="QUERY",
         type="org.amqp.management",
-        entityType=D + "router.config.linkRoute",
+        entityType=D + "router.config.exchange",
     )
-    assert status == 404 and "unknown entity type" in text and "linkRoute" in text
+    assert status == 404 and "unknown entity type" in text and "exchange" in text
     status, _, types = m.request(None, operation="GET-TYPES", type="org.amqp.management")
     assert status == 200
     for name in ("router", "connection", "router.link", "router.address", "router.node"):
@@ -278,3 +278,41 @@ def test_qdstat_views_of_a_mesh(router: Any, blocking: Any) -> None:
     assert any(kind == "inter-router" for kind, _ in kinds)
     hub_conns = Mgmt(blocking(hub.url)).qdstat("connection", ["container", "role", "dir"])
     assert {"container": "edge", "role": "inter-router", "dir": "in"} in hub_conns
+
+
+def test_qdmanage_link_routes(router: Any, blocking: Any) -> None:
+    """qdmanage create --type=linkRoute (Dispatch's router.config.linkRoute) makes one of
+    qrouter's link routes (docs/brokers.md), listed under both names, deleted by its name."""
+    r = router()
+    m = Mgmt(blocking(r.url))
+    status, text, row = m.request(
+        {"prefix": "queue.", "direction": "in", "distribution": "linkBalanced"},
+        operation="CREATE", type=D + "linkRoute", name="to-broker",
+    )  # fmt: skip
+    assert status == 201, text
+    assert row["name"] == "to-broker" and row["prefix"] == "queue" and row["direction"] == "in"
+    rows = m.qdstat("router.config.linkRoute", ["name", "prefix", "direction", "operStatus"])
+    # no broker and no mesh advertises the prefix: inactive
+    assert rows == [
+        {"name": "to-broker", "prefix": "queue", "direction": "in", "operStatus": "inactive"}
+    ]
+    status, _, ours = m.request(
+        {"attributeNames": ["prefix", "direction"]},
+        operation="QUERY", type="org.amqp.management", entityType="org.qrouter.linkRoute",
+    )  # fmt: skip
+    assert status == 200 and ours["results"] == [["queue", "in"]], ours
+    for bad, named in (
+        ({"prefix": "x", "direction": "in", "containerId": "rabbit"}, "containerId"),
+        ({"prefix": "x", "direction": "in", "distribution": "linkDirect"}, "distribution"),
+        ({"prefix": "x", "direction": "sideways"}, "direction"),
+    ):
+        status, text, _ = m.request(bad, operation="CREATE", type=D + "linkRoute", name="bad")
+        assert status == 400 and named in text, (bad, status, text)
+    status, text, _ = m.request(
+        {"prefix": "queue", "direction": "in"},
+        operation="CREATE", type=D + "linkRoute", name="again",
+    )  # fmt: skip
+    assert status == 409, text
+    status, _, _ = m.request(None, operation="DELETE", type=D + "linkRoute", name="to-broker")
+    assert status == 204
+    assert m.qdstat("router.config.linkRoute", ["name"]) == []

@@ -218,3 +218,14 @@ linkRoute {
         (None, "orders.*", "out", "broker"),
         ("remote", None, "in", ""),
     ]
+
+
+def test_the_protocol_log_module_points_at_the_frame_trace(tmp_path: Path) -> None:
+    """Dispatch's frame trace is `log { module: PROTOCOL }`; qrouter's is `--trace`: the refusal
+    says so (docs/migrating-from-dispatch.md)."""
+    text = "router {\n    id: R\n}\nlog {\n    module: PROTOCOL\n    enable: trace+\n}\n"
+    path = write(tmp_path, text)
+    assert refusal(tmp_path, text) == (
+        f"{path}:5: log.module: only module DEFAULT maps to qrouter's [log] (got 'PROTOCOL'); "
+        "for a frame trace use trace = true or --trace"
+    )
