@@ -67,6 +67,10 @@ class Params:
     terminus_timeout: float = 1e9
     close_share: float = 0.0  # of subscriber faults: close (closed=true), re-subscribe later
     lacking: tuple[int, int] = (0, 0)  # routers in the mesh without the topic's guarantee
+    # each router's wall clock is off by up to this (s), either way: the attachment stamps
+    # (view.py) must order a close and a re-attach even so, if the skew is below the time
+    # the subscriber takes to attach again (close_sub: >= 0.05 s)
+    clock_skew: float = 0.0
 
 
 CI_PARAMS = Params(
@@ -78,6 +82,7 @@ CI_PARAMS = Params(
     window=4,
     close_share=0.25,
     lacking=(0, 1),
+    clock_skew=0.02,
 )
 """What the CI tests run: heavier than the defaults (a fault every 0.3 s for 8 s)."""
 
@@ -206,6 +211,9 @@ class Simulation:
         rng = self.rng
         names = [f"R{i}" for i in range(rng.randint(*self.p.routers))]
         self.routers = {n: SimRouter(n, MemoryRecordStore()) for n in names}
+        # drawn apart from `rng`, so that a seed's schedule does not depend on the skew
+        clocks = random.Random(f"{seed}/clocks")
+        self.skew = {n: clocks.uniform(-self.p.clock_skew, self.p.clock_skew) for n in names}
         self.lacking = {
             f"L{i}": Lacking(self, f"L{i}") for i in range(rng.randint(*self.p.lacking))
         }
@@ -265,6 +273,7 @@ class Simulation:
             ask_interval=0.5,
             now=self.now,
             unsafe=self.p.unsafe,
+            clock=lambda: self.now + self.skew[name],
         )
         r.conns = {}
         self.note(f"{name} starts (instance {r.instance})")
