@@ -397,6 +397,8 @@ class TopicRouter:
         attached = [
             [att_wire(ls.att), list(ls.sub), map_wire(ls.attach_map)] for ls in self._subs.values()
         ]
+        last_att = self._view.last_att
+        latest = [(sub, last_att[sub]) for sub in sorted(self._view.known) if sub in last_att]
         self._to_router(
             peer,
             make(
@@ -411,11 +413,17 @@ class TopicRouter:
                     [list(sub), att_wire(att) if att is not None else None]
                     for sub, att in sorted(self._view.closed.items())
                 ],
+                # the newest attachment of each known subscriber: one later than a close
+                # re-opens it there (view.hear_latest)
+                latest=[[list(sub), att_wire(att)] for sub, att in latest],
                 # the stamps of the attachments named above: their order (view.py)
                 stamps=[[att_wire(ls.att), ls.stamp] for ls in self._subs.values()]
                 + [
                     [att_wire(att), self._view.stamps[att]]
-                    for att in sorted(a for a in self._view.closed.values() if a is not None)
+                    for att in sorted(
+                        {a for a in self._view.closed.values() if a is not None}
+                        | {att for _, att in latest}
+                    )
                     if att in self._view.stamps
                 ],
             ),
@@ -786,7 +794,11 @@ class TopicRouter:
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
         closed_at = msg.get("closed_at")
-        limit = len(msg["attached"]) + (len(closed_at) if isinstance(closed_at, list) else 0)
+        latest = msg.get("latest")
+        if latest is not None and (not isinstance(latest, list) or len(latest) > len(msg["known"])):
+            raise ProtocolError("bad latest list")
+        limit = len(msg["attached"]) + len(latest or ())
+        limit += len(closed_at) if isinstance(closed_at, list) else 0
         stamps = stamps_of(msg.get("stamps"), limit)
         if isinstance(closed_at, list):
             for raw_sub, raw_att in closed_at:
@@ -799,6 +811,20 @@ class TopicRouter:
             sub = sub_of(raw)
             if self._view.learn(sub, self._now):
                 self._put(b"k/" + encode_sub(sub), b"")
+        for entry in latest or ():
+            if not (isinstance(entry, list) and len(entry) == 2):
+                raise ProtocolError(f"bad latest entry {entry!r}")
+            sub, att = sub_of(entry[0]), att_of(entry[1])
+            stamp = stamps.get(att)
+            self._heard_stamp(stamp)
+            reopened, newest = self._view.hear_latest(sub, att, stamp)
+            if reopened:
+                self._closed_since.pop(sub, None)
+                self._del(b"c/" + encode_sub(sub))
+                self._view.learn(sub, self._now)  # in limbo until its claim comes
+                self._log("info", f"subscriber {sub} subscribed again after it closed ({sender})")
+            if newest:
+                self._put(b"k/" + encode_sub(sub), encode_att(att, stamp))
         claims = [Claim(att_of(a), sub_of(s), map_of(m)) for a, s, m in msg["attached"]]
         for claim in claims:
             claim.stamp = stamps.get(claim.att)

@@ -107,6 +107,30 @@ class SubscriberView:
         self._unname(closing)
         return True
 
+    def hear_latest(self, sub: Sub, att: AttId, stamp: int | None) -> tuple[bool, bool]:
+        """A peer names `att` (stamped `stamp`) as the newest attachment of `sub` it knows
+        (SUBS `latest`). If that is later than the attachment that closed `sub` here, `sub`
+        subscribed again (its claim never reached us, or a crash lost what we heard); if later
+        than our newest, it is our newest now. Only a known order counts. Returns (re-opened,
+        newest changed)."""
+        reopened = False
+        if sub in self.closed:
+            closing = self.closed[sub]
+            if closing is None or newer(att, stamp, closing, self.stamps.get(closing)) is not True:
+                return False, False
+            del self.closed[sub]
+            self._unname(closing)
+            reopened = True
+        elif sub not in self.known:
+            return False, False
+        last = self.last_att.get(sub)
+        if last is not None and newer(att, stamp, last, self.stamps.get(last)) is not True:
+            return reopened, False
+        self.stamp(att, stamp)
+        self.last_att[sub] = att
+        self._unname(last)
+        return reopened, True
+
     def add_claim(self, claim: Claim, now: float) -> bool:
         if claim.sub in self.closed or claim.att in self.claims:
             return False

@@ -78,6 +78,12 @@ class Params:
     # qrouter/guarantee.py: the writes and every output after them are held, in order, and
     # attaches refused, until a retry commits them; a crash meanwhile loses them)
     store_failures: float = 0.0
+    # of client connection faults: half-open (the client sees its connection gone; the
+    # router only when the idle timeout passes). The client attaches again after
+    # `failover_wait` (decision 6 of docs/exactly-once.md: 2 x idle timeout + a margin)
+    half_open: float = 0.0
+    idle_timeout: float = 0.3
+    failover_wait: float = 0.7
 
 
 CI_PARAMS = Params(
@@ -93,8 +99,9 @@ CI_PARAMS = Params(
 )
 """What the CI tests run: heavier than the defaults (a fault every 0.3 s for 8 s)."""
 
-STORE_PARAMS = Params(**{**CI_PARAMS.__dict__, "store_failures": 0.15})
-"""CI_PARAMS with store failures too (other schedules than CI_PARAMS' for the same seed)."""
+STORE_PARAMS = Params(**{**CI_PARAMS.__dict__, "store_failures": 0.15, "half_open": 0.3})
+"""CI_PARAMS with store failures and half-open connections too (other schedules than
+CI_PARAMS' for the same seed)."""
 
 
 @dataclass
@@ -607,8 +614,33 @@ class Simulation:
                 return
             if isinstance(client, SubClient) and self.rng.random() < self.p.close_share:
                 self.close_sub(client)
+            elif self.p.half_open and self.rng.random() < self.p.half_open:
+                self.half_open(client.conn)
             else:
                 self.drop_conn(client.conn)
+
+    def half_open(self, conn: Conn) -> None:
+        """The client's connection is gone for the client (what it sends and what is sent to
+        it is lost) while its router still holds the link until its idle timeout."""
+        client = conn.client
+        conn.live = False
+        client.conn = None
+        self.note(f"{client.name} connection to {conn.router} HALF-OPEN")
+        self.after(self.p.idle_timeout, self._idle_expired, conn)
+        self.after(self.p.failover_wait, self.connect, client)
+
+    def _idle_expired(self, conn: Conn) -> None:
+        r = self.routers[conn.router]
+        client = conn.client
+        key = conn.att if conn.att is not None else getattr(client, "pub", None)
+        if r.tr is None or r.instance != conn.instance or r.conns.get(key) is not conn:  # type: ignore[arg-type]
+            return
+        self.note(f"{conn.router} closes {client.name}'s idle connection")
+        r.conns.pop(key)  # type: ignore[arg-type]
+        if conn.att is not None:
+            r.tr.subscriber_detached(conn.att, False, self.now)
+        elif isinstance(client, PubClient):
+            r.tr.publisher_detached(client.pub, False, self.now)
 
     def store_failure(self) -> None:
         alive = [n for n, r in sorted(self.routers.items()) if r.tr is not None]

@@ -402,6 +402,64 @@ def test_attachments_are_ordered_by_stamp_not_by_arrival(clock: str) -> None:
     assert again.attach_stamp() > b.stamps[b1]
 
 
+def test_a_snapshot_naming_a_later_attachment_reopens_a_closed_subscriber() -> None:
+    """Seed 671 of the store-failure schedules: C heard S1's close and then its new attach b1,
+    but a crash lost the re-opening (its commit was held), and b1's router is gone too. A's
+    snapshot names b1 as S1's newest attachment (`latest`): later than the close, so C owes S1
+    again (in limbo), as A does; an attachment older than the close re-opens nothing."""
+    net = Net("ABC", clock=lambda: 0.0)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    net.pump()
+    closed_at_c = dict(net.stores["C"].data)  # C's store when it had only heard the close
+    b1 = net.r["B"].subscriber_attached(S1, [], 2.0)
+    net.pump()
+    assert S1 in net.r["C"].view.known
+    for peer in "AB":  # B crashes; C crashes and restarts from the store before the reopen
+        net.r["C"].router_down(peer, 3.0)
+        net.r[peer].router_down("C", 3.0)
+    net.r["A"].router_down("B", 3.0)
+    net.stores["C"].data = closed_at_c
+    c = net.start("C", 2)
+    assert S1 in c.view.closed and S1 not in c.view.known
+    net.r["A"].router_up("C", 4.0)
+    c.router_up("A", 4.0)
+    net.pump()
+    assert S1 in c.view.known and S1 not in c.view.closed
+    assert c.view.last_att[S1] == b1 and not c.view.claims_of(S1)  # in limbo
+    assert not any(k.startswith(b"c/") for k in net.stores["C"].data)
+    # a snapshot naming the attachment that closed it (or an older one) changes nothing
+    d = Net("AB", clock=lambda: 0.0)
+    d1 = d.r["A"].subscriber_attached(S1, [], 0.0)
+    d.pump()
+    d.r["A"].subscriber_detached(d1, True, 1.0)
+    d.pump()
+    stamp = d.r["B"].view.stamps[d1]
+    snapshot = make(
+        "SUBS", "", instance=1, attached=[], known=[list(S1)], closed=[],
+        latest=[[list(S1), list(d1)]], stamps=[[list(d1), stamp]],
+    )  # fmt: skip
+    d.r["B"].receive("A", snapshot, 2.0)
+    assert S1 in d.r["B"].view.closed
+
+
+@pytest.mark.parametrize(
+    "latest",
+    [[[["s", "l"], ["A", 1, 1]]] * 2, "x", [[["s", "l"]]], [[["s", "l"], ["A", 1]]], [3]],
+)
+def test_a_bad_latest_list_drops_the_snapshot(latest: Any) -> None:
+    net = Net("AB")
+    b = net.r["B"]
+    snapshot = make(
+        "SUBS", "", instance=1, attached=[[["A", 1, 2], list(S2), []]], known=[["s", "l"]],
+        closed=[], latest=latest,
+    )  # fmt: skip
+    b.receive("A", snapshot, 1.0)
+    assert S2 not in b.view.known
+    assert any("bad message" in text for _, text in net.logs)
+
+
 def test_attachment_stamps_of_an_older_router_default_to_arrival_order() -> None:
     """SUB/UNSUB without `at`, SUBS without `stamps`, store values without a stamp: the order
     is unknown and the last announcement to arrive counts as the newest (as before)."""

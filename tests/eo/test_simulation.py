@@ -55,6 +55,13 @@ def test_store_failure_at_least_once_schedules() -> None:
     _explore(Params(**{**STORE_PARAMS.__dict__, "mode": AT_LEAST_ONCE}), range(SEEDS // 2))
 
 
+def test_store_failure_regression() -> None:
+    """Seed 671: a crash lost a router's re-opening of a closed subscriber (its commit was
+    held); it learns it again from a peer's snapshot (SUBS `latest`, view.hear_latest)."""
+    sim = run(671, STORE_PARAMS)
+    assert not sim.violations(), sim.report()
+
+
 def test_store_failures_are_injected() -> None:
     text = "\n".join(line for seed in range(20) for line in run(seed, STORE_PARAMS).trace)
     assert text.count("store commit FAILS") >= 20
