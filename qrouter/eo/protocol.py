@@ -69,7 +69,7 @@ from qrouter.eo.records import (
 )
 from qrouter.eo.store import MemoryRecordStore, RecordStore
 from qrouter.eo.tags import outgoing_tag
-from qrouter.eo.view import Claim, SubscriberView
+from qrouter.eo.view import Claim, SubscriberView, newer
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
@@ -686,11 +686,45 @@ class TopicRouter:
 
     def _close_sub(self, sub: Sub, att: AttId | None = None, stamp: int | None = None) -> None:
         self._heard_stamp(stamp)
+        live = [ls for ls in self._subs.values() if ls.sub == sub and ls.att != att]
+        if att is not None and live:
+            self._outlive(live, att, stamp)
+            return
         if self._view.close(sub, att, stamp):
             self._closed_since[sub] = self._now
             self._put(b"c/" + encode_sub(sub), b"" if att is None else encode_att(att, stamp))
             self._del(b"k/" + encode_sub(sub))
             self._drop_sub_from_records(sub)
+
+    def _outlive(self, live: list[_LocalSub], att: AttId, stamp: int | None) -> None:
+        """A close of `att` while the same subscriber's link is attached here: a link is
+        attached at one router at a time (decision 6), so `att` is the older one whatever the
+        stamps say (clocks differing by more than the client took to attach again). Only its
+        claim goes; ours is stamped again, later than it, and announced again, so that every
+        router orders the two as we do and a router that closed the subscriber re-opens it."""
+        self._view.remove_claim(att, self._now)
+        for ls in live:
+            if newer(ls.att, ls.stamp, att, stamp) is True:
+                continue
+            ls.stamp = max(self.attach_stamp(), (stamp or 0) + 1)
+            self._hlc = max(self._hlc, ls.stamp)
+            claim = self._view.claims.get(ls.att)
+            if claim is not None:
+                claim.stamp = ls.stamp
+            self._view.stamp(ls.att, ls.stamp)
+            self._view.last_att[ls.sub] = ls.att
+            self._put(b"k/" + encode_sub(ls.sub), encode_att(ls.att, ls.stamp))
+            self._log("info", f"subscriber {ls.sub}: close of older {att} after its attach here")
+            self._broadcast(
+                make(
+                    "SUB",
+                    self.topic,
+                    att=att_wire(ls.att),
+                    sub=list(ls.sub),
+                    map=map_wire(ls.attach_map),
+                    at=ls.stamp,
+                )
+            )
 
     def _drop_sub_from_records(self, sub: Sub) -> None:
         for rec in list(self._origins.values()):

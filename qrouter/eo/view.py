@@ -132,7 +132,17 @@ class SubscriberView:
         return reopened, True
 
     def add_claim(self, claim: Claim, now: float) -> bool:
-        if claim.sub in self.closed or claim.att in self.claims:
+        if claim.sub in self.closed:
+            return False
+        old = self.claims.get(claim.att)
+        if old is not None:
+            # announced again, stamped later (protocol._outlive): an attachment's stamp only grows
+            if claim.stamp is not None and (old.stamp is None or claim.stamp > old.stamp):
+                old.stamp = self.stamps[claim.att] = claim.stamp
+                last = self.last_att.get(claim.sub)
+                if last is not None and last != claim.att and self._newer(claim.att, last):
+                    self.last_att[claim.sub] = claim.att
+                    self._unname(last)
             return False
         self.learn(claim.sub, now)
         self.claims[claim.att] = claim
