@@ -460,6 +460,28 @@ def test_a_bad_latest_list_drops_the_snapshot(latest: Any) -> None:
     assert any("bad message" in text for _, text in net.logs)
 
 
+def test_the_router_holding_the_link_outlives_a_close_stamped_later() -> None:
+    """A's clock is 1 s ahead of B's: S1 closes at A and attaches at B at once, so b1's stamp
+    is below a1's. B holds the link, so a1 is the older: B keeps S1, stamps b1 again above a1
+    and announces it again; A, which closed S1, re-opens it on that."""
+    net = Net("AB")
+    now = {"A": 11.0, "B": 10.0}
+    for n in "AB":
+        net.r[n]._clock = lambda n=n: now[n]  # type: ignore[attr-defined]
+    a1 = net.r["A"].subscriber_attached(S1, [], 1.0)
+    net.r["A"].subscriber_detached(a1, True, 2.0)
+    slow = _held(net, "A")  # a1's SUB and its close, late
+    b1 = net.r["B"].subscriber_attached(S1, [], 2.0)
+    net.pump()  # A re-opens S1 on b1's claim ...
+    net.wire.extend(slow)  # ... and B hears a1 (stamped later than b1) closed
+    net.pump()
+    for n in "AB":
+        view = net.r[n].view
+        assert S1 in view.known and S1 not in view.closed, n
+        assert view.last_att[S1] == b1 and [c.att for c in view.claims_of(S1)] == [b1], n
+        assert view.stamps[b1] > 11_000, n  # later than a1 now
+
+
 def test_attachment_stamps_of_an_older_router_default_to_arrival_order() -> None:
     """SUB/UNSUB without `at`, SUBS without `stamps`, store values without a stamp: the order
     is unknown and the last announcement to arrive counts as the newest (as before)."""
