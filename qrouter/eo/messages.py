@@ -5,6 +5,10 @@ mesh protocol's (qrouter/mesh/messages.py). Every message carries `op`, `v` (pro
 and `topic` (the address of the guaranteed topic: one `TopicRouter` per topic). A subscriber
 is `[container, link]`, an attachment `[router, instance, n]`, a map entry `[tag, accepted]`.
 
+Optional fields (a router of an older version omits them; each has a safe default): SUB and
+UNSUB `at`, the attachment's stamp (view.py: the order of attachments); SUBS `stamps`, a list
+of `[attachment, stamp]` for the attachments it names, and `closed_at`.
+
 They travel on one FIFO channel per pair of routers (an AMQP link from router to router): the
 protocol relies on that order, and on a channel that breaks losing what was in flight (both
 ends are then told `router_down`, and re-synchronise on `router_up`).
@@ -68,6 +72,8 @@ def att_wire(att: AttId) -> list[Any]:
 
 
 def att_of(value: Any) -> AttId:
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise ProtocolError(f"bad attachment id {value!r}")
     router, instance, n = value
     if not (isinstance(router, str) and isinstance(instance, int) and isinstance(n, int)):
         raise ProtocolError(f"bad attachment id {value!r}")
@@ -79,6 +85,34 @@ def sub_of(value: Any) -> Sub:
     if not (isinstance(container, str) and isinstance(link, str)):
         raise ProtocolError(f"bad subscriber id {value!r}")
     return (container, link)
+
+
+STAMP_MAX = 2**62  # ms since the epoch: far beyond any clock, and a bounded integer
+
+
+def stamp_of(value: Any) -> int | None:
+    """An optional attachment stamp: None when absent (an older router)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < STAMP_MAX:
+        raise ProtocolError(f"bad attachment stamp {value!r}")
+    return value
+
+
+def stamps_of(value: Any, limit: int) -> dict[AttId, int]:
+    """SUBS' optional `stamps`: [[attachment, stamp], ...], at most `limit` entries."""
+    if value is None:
+        return {}
+    if not isinstance(value, list) or len(value) > limit:
+        raise ProtocolError("bad stamps list")
+    out: dict[AttId, int] = {}
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)):
+            raise ProtocolError(f"bad stamp entry {entry!r}")
+        stamp = stamp_of(entry[1])
+        if stamp is not None:
+            out[att_of(entry[0])] = stamp
+    return out
 
 
 def map_wire(unsettled: dict[bytes, bool]) -> list[list[Any]]:

@@ -33,8 +33,9 @@ Safety rests on three rules (argued in docs/exactly-once.md, "Why no duplicates"
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,8 @@ from qrouter.eo.messages import (
     make,
     map_of,
     map_wire,
+    stamp_of,
+    stamps_of,
     sub_of,
 )
 from qrouter.eo.port import Port
@@ -58,7 +61,7 @@ from qrouter.eo.records import (
     Pub,
     Sub,
     SubState,
-    decode_att,
+    decode_att_stamp,
     decode_sub,
     encode_att,
     encode_sub,
@@ -66,7 +69,7 @@ from qrouter.eo.records import (
 )
 from qrouter.eo.store import MemoryRecordStore, RecordStore
 from qrouter.eo.tags import outgoing_tag
-from qrouter.eo.view import Claim, SubscriberView
+from qrouter.eo.view import Claim, SubscriberView, newer
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
@@ -74,6 +77,9 @@ MODES = (EXACTLY_ONCE, AT_LEAST_ONCE)
 
 UNSAFE = frozenset({"accept-early", "drop-on-settle"})
 """Deliberately broken variants, for tests that show the simulation catches them."""
+
+MAX_CLOCK_AHEAD_MS = 60_000
+"""A stamp heard this far ahead of our clock is not followed (attach_stamp)."""
 
 _HAS_IT = (LocalState.HELD, LocalState.DELIVERED, LocalState.ACCEPTED)
 
@@ -97,6 +103,7 @@ class _LocalSub:
     attach_map: dict[bytes, bool]  # out tag -> accepted, as reported on attach
     queue: deque[bytes]  # out tags to deliver, in order; a HELD head blocks the rest
     resumable: bool = True  # False: the client cannot resume (e.g. proton), see _on_settle
+    stamp: int = 0  # attach_stamp() when it attached: the order of attachments (view.py)
 
 
 class TopicRouter:
@@ -114,6 +121,7 @@ class TopicRouter:
         now: float = 0.0,
         unsafe: Iterable[str] = (),
         first_att: int = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
@@ -139,6 +147,10 @@ class TopicRouter:
         self._resent: dict[Pub, set[bytes]] = {}  # of those, the tags resent (bounded by records)
         self._subs: dict[AttId, _LocalSub] = {}
         self._next_att = first_att  # a topic made again in the same run continues its count
+        # attachment stamps: a hybrid logical clock in ms, ahead of the wall clock `clock` and
+        # of every stamp heard (attach_stamp)
+        self._clock = clock
+        self._hlc = 0
         self._up: set[str] = set()
         self._peers: set[str] = set()
         self._epoch = 0
@@ -260,6 +272,21 @@ class TopicRouter:
         self._next_att += 1
         return (self.router_id, self.instance, self._next_att)
 
+    def attach_stamp(self) -> int:
+        """The stamp of an attachment made now: greater than every stamp this router gave or
+        heard before (so an attachment made after its router heard of another one is later),
+        and at least the wall clock in ms (so an attachment made after another one's close,
+        told only by the client, is later too unless the clocks differ by more than the time
+        the client took to attach again). Stamps from the store count as heard: the order
+        survives a restart even if the clock went back."""
+        self._hlc = max(self._hlc + 1, int(self._clock() * 1000))
+        return self._hlc
+
+    def _heard_stamp(self, stamp: int | None) -> None:
+        # a peer's clock far ahead (broken, or hostile) must not drag ours along with it
+        if stamp is not None and self._hlc < stamp <= self._clock() * 1000 + MAX_CLOCK_AHEAD_MS:
+            self._hlc = stamp
+
     def subscriber_attached(
         self,
         sub: Sub,
@@ -280,7 +307,7 @@ class TopicRouter:
         elif att[:2] != (self.router_id, self.instance) or att in self._subs:
             raise ValueError(f"attachment id {att} is not a fresh one of this router")
         amap = dict(unsettled) if self.eo else {}
-        ls = _LocalSub(att, sub, amap, deque(), resumable)
+        ls = _LocalSub(att, sub, amap, deque(), resumable, self.attach_stamp())
         self._subs[att] = ls
         touched = []
         for out_tag, accepted in amap.items():
@@ -299,9 +326,16 @@ class TopicRouter:
         self._pump(ls)
         for rec in touched:
             self._check_local_accept(rec)
-        claim = Claim(att, sub, amap)
+        claim = Claim(att, sub, amap, ls.stamp)
         self._broadcast(
-            make("SUB", self.topic, att=att_wire(att), sub=list(sub), map=map_wire(amap))
+            make(
+                "SUB",
+                self.topic,
+                att=att_wire(att),
+                sub=list(sub),
+                map=map_wire(amap),
+                at=ls.stamp,
+            )
         )
         self._claim_added(claim)
         self._flush()
@@ -338,11 +372,18 @@ class TopicRouter:
                 if rec.subs.pop(att, None) is not None:
                     self._check_local_accept(rec)
                     self._maybe_drop_local(rec)
-            msg = make("UNSUB", self.topic, att=att_wire(att), sub=list(ls.sub), closed=int(closed))
+            msg = make(
+                "UNSUB",
+                self.topic,
+                att=att_wire(att),
+                sub=list(ls.sub),
+                closed=int(closed),
+                at=ls.stamp,
+            )
             self._broadcast(msg)
             self._view.remove_claim(att, now)
             if closed:
-                self._close_sub(ls.sub, att)
+                self._close_sub(ls.sub, att, ls.stamp)
         self._flush()
 
     # -- the mesh ----------------------------------------------------------------------------
@@ -356,6 +397,8 @@ class TopicRouter:
         attached = [
             [att_wire(ls.att), list(ls.sub), map_wire(ls.attach_map)] for ls in self._subs.values()
         ]
+        last_att = self._view.last_att
+        latest = [(sub, last_att[sub]) for sub in sorted(self._view.known) if sub in last_att]
         self._to_router(
             peer,
             make(
@@ -369,6 +412,19 @@ class TopicRouter:
                 closed_at=[
                     [list(sub), att_wire(att) if att is not None else None]
                     for sub, att in sorted(self._view.closed.items())
+                ],
+                # the newest attachment of each known subscriber: one later than a close
+                # re-opens it there (view.hear_latest)
+                latest=[[list(sub), att_wire(att)] for sub, att in latest],
+                # the stamps of the attachments named above: their order (view.py)
+                stamps=[[att_wire(ls.att), ls.stamp] for ls in self._subs.values()]
+                + [
+                    [att_wire(att), self._view.stamps[att]]
+                    for att in sorted(
+                        {a for a in self._view.closed.values() if a is not None}
+                        | {att for _, att in latest}
+                    )
+                    if att in self._view.stamps
                 ],
             ),
         )
@@ -612,7 +668,8 @@ class TopicRouter:
         return [rec for rec in self._origins.values() if rec.publisher == pub]
 
     def _claim_added(self, claim: Claim) -> None:
-        if self._view.reopen(claim.sub, claim.att):
+        self._heard_stamp(claim.stamp)
+        if self._view.reopen(claim.sub, claim.att, claim.stamp):
             self._closed_since.pop(claim.sub, None)
             self._del(b"c/" + encode_sub(claim.sub))
             self._log("info", f"subscriber {claim.sub} subscribes again after it closed")
@@ -621,17 +678,53 @@ class TopicRouter:
         if self._view.add_claim(claim, self._now):
             # its latest attachment seen here, kept across a restart: a late close of
             # another one must not end this subscription (view.close)
-            self._put(b"k/" + encode_sub(claim.sub), encode_att(claim.att))
+            last = self._view.last_att[claim.sub]
+            self._put(b"k/" + encode_sub(claim.sub), encode_att(last, self._view.stamps.get(last)))
             for rec in list(self._origins.values()):
                 if claim.sub in rec.subs:
                     self._drive(rec)
 
-    def _close_sub(self, sub: Sub, att: AttId | None = None) -> None:
-        if self._view.close(sub, att):
+    def _close_sub(self, sub: Sub, att: AttId | None = None, stamp: int | None = None) -> None:
+        self._heard_stamp(stamp)
+        live = [ls for ls in self._subs.values() if ls.sub == sub and ls.att != att]
+        if att is not None and live:
+            self._outlive(live, att, stamp)
+            return
+        if self._view.close(sub, att, stamp):
             self._closed_since[sub] = self._now
-            self._put(b"c/" + encode_sub(sub), b"" if att is None else encode_att(att))
+            self._put(b"c/" + encode_sub(sub), b"" if att is None else encode_att(att, stamp))
             self._del(b"k/" + encode_sub(sub))
             self._drop_sub_from_records(sub)
+
+    def _outlive(self, live: list[_LocalSub], att: AttId, stamp: int | None) -> None:
+        """A close of `att` while the same subscriber's link is attached here: a link is
+        attached at one router at a time (decision 6), so `att` is the older one whatever the
+        stamps say (clocks differing by more than the client took to attach again). Only its
+        claim goes; ours is stamped again, later than it, and announced again, so that every
+        router orders the two as we do and a router that closed the subscriber re-opens it."""
+        self._view.remove_claim(att, self._now)
+        for ls in live:
+            if newer(ls.att, ls.stamp, att, stamp) is True:
+                continue
+            ls.stamp = max(self.attach_stamp(), (stamp or 0) + 1)
+            self._hlc = max(self._hlc, ls.stamp)
+            claim = self._view.claims.get(ls.att)
+            if claim is not None:
+                claim.stamp = ls.stamp
+            self._view.stamp(ls.att, ls.stamp)
+            self._view.last_att[ls.sub] = ls.att
+            self._put(b"k/" + encode_sub(ls.sub), encode_att(ls.att, ls.stamp))
+            self._log("info", f"subscriber {ls.sub}: close of older {att} after its attach here")
+            self._broadcast(
+                make(
+                    "SUB",
+                    self.topic,
+                    att=att_wire(ls.att),
+                    sub=list(ls.sub),
+                    map=map_wire(ls.attach_map),
+                    at=ls.stamp,
+                )
+            )
 
     def _drop_sub_from_records(self, sub: Sub) -> None:
         for rec in list(self._origins.values()):
@@ -698,11 +791,15 @@ class TopicRouter:
         elif op == "SEEN":
             self._on_seen(msg)
         elif op == "SUB":
-            self._claim_added(Claim(att_of(msg["att"]), sub_of(msg["sub"]), map_of(msg["map"])))
+            claim = Claim(att_of(msg["att"]), sub_of(msg["sub"]), map_of(msg["map"]))
+            claim.stamp = stamp_of(msg.get("at"))
+            self._claim_added(claim)
         elif op == "UNSUB":
-            self._view.remove_claim(att_of(msg["att"]), self._now)
+            att = att_of(msg["att"])
+            stamp = stamp_of(msg.get("at"))
+            self._view.remove_claim(att, self._now)
             if msg["closed"]:
-                self._close_sub(sub_of(msg["sub"]), att_of(msg["att"]))
+                self._close_sub(sub_of(msg["sub"]), att, stamp)
         elif op == "SUBS":
             self._on_snapshot(sender, msg)
         elif op == "ASK":
@@ -731,9 +828,16 @@ class TopicRouter:
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
         closed_at = msg.get("closed_at")
+        latest = msg.get("latest")
+        if latest is not None and (not isinstance(latest, list) or len(latest) > len(msg["known"])):
+            raise ProtocolError("bad latest list")
+        limit = len(msg["attached"]) + len(latest or ())
+        limit += len(closed_at) if isinstance(closed_at, list) else 0
+        stamps = stamps_of(msg.get("stamps"), limit)
         if isinstance(closed_at, list):
             for raw_sub, raw_att in closed_at:
-                self._close_sub(sub_of(raw_sub), None if raw_att is None else att_of(raw_att))
+                att = None if raw_att is None else att_of(raw_att)
+                self._close_sub(sub_of(raw_sub), att, stamps.get(att) if att else None)
         else:  # a router that does not say which attachment closed
             for raw in msg["closed"]:
                 self._close_sub(sub_of(raw))
@@ -741,7 +845,23 @@ class TopicRouter:
             sub = sub_of(raw)
             if self._view.learn(sub, self._now):
                 self._put(b"k/" + encode_sub(sub), b"")
+        for entry in latest or ():
+            if not (isinstance(entry, list) and len(entry) == 2):
+                raise ProtocolError(f"bad latest entry {entry!r}")
+            sub, att = sub_of(entry[0]), att_of(entry[1])
+            stamp = stamps.get(att)
+            self._heard_stamp(stamp)
+            reopened, newest = self._view.hear_latest(sub, att, stamp)
+            if reopened:
+                self._closed_since.pop(sub, None)
+                self._del(b"c/" + encode_sub(sub))
+                self._view.learn(sub, self._now)  # in limbo until its claim comes
+                self._log("info", f"subscriber {sub} subscribed again after it closed ({sender})")
+            if newest:
+                self._put(b"k/" + encode_sub(sub), encode_att(att, stamp))
         claims = [Claim(att_of(a), sub_of(s), map_of(m)) for a, s, m in msg["attached"]]
+        for claim in claims:
+            claim.stamp = stamps.get(claim.att)
         fresh = {c.att for c in claims}
         for old in self._view.router_claims(sender):
             if old.att not in fresh:
@@ -893,13 +1013,18 @@ class TopicRouter:
         # Both modes keep the subscriber view: a restarted router must still owe new
         # deliveries to subscribers that are in limbo or whose router it has not heard yet.
         for key, value in self._store.scan(b"c/"):
-            self._view.close(decode_sub(key[2:]), decode_att(value) if value else None)
+            att, stamp = decode_att_stamp(value) if value else (None, None)
+            self._view.close(decode_sub(key[2:]), att, stamp)
             self._closed_since[decode_sub(key[2:])] = self._now
+            self._hlc = max(self._hlc, stamp or 0)
         for key, value in self._store.scan(b"k/"):
             sub = decode_sub(key[2:])
             self._view.learn(sub, self._now)
             if value:
-                self._view.last_att[sub] = decode_att(value)
+                att, stamp = decode_att_stamp(value)
+                self._view.last_att[sub] = att
+                self._view.stamp(att, stamp)
+                self._hlc = max(self._hlc, stamp or 0)
         if not self.eo:
             return
         bodies = {key[2:]: value for key, value in self._store.scan(b"m/")}

@@ -228,13 +228,21 @@ def decode_sub(raw: bytes) -> Sub:
     return (c, link)
 
 
-def encode_att(att: AttId) -> bytes:
-    return json.dumps(list(att), separators=(",", ":")).encode()
+def encode_att(att: AttId, stamp: int | None = None) -> bytes:
+    value = [*att] if stamp is None else [*att, stamp]
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def decode_att(raw: bytes) -> AttId:
-    router, instance, n = json.loads(raw)
-    return (str(router), int(instance), int(n))
+    return decode_att_stamp(raw)[0]
+
+
+def decode_att_stamp(raw: bytes) -> tuple[AttId, int | None]:
+    """An attachment id and its stamp (None: written by an older version, without one)."""
+    value = json.loads(raw)
+    router, instance, n = value[:3]
+    stamp = int(value[3]) if len(value) > 3 else None
+    return (str(router), int(instance), int(n)), stamp
 
 
 def sub_list(subs: Iterable[Sub]) -> list[list[str]]:

@@ -10,6 +10,13 @@ router has announced and not withdrawn. Normally one; none while its router is d
 not re-attached elsewhere ("limbo"); transiently two during a failover, when the old router's
 withdrawal has not arrived yet — deliveries are then forwarded to both and only the router
 where the link really is delivers.
+
+Which attachment is the newest decides whether a close ends the subscription, so every router
+must agree on it whatever order the announcements arrive in: attachments are ordered by the
+*stamp* their router gave them when the subscriber attached (a hybrid logical clock, see
+`TopicRouter.attach_stamp`), ties broken by the id; two attachments of one router instance are
+ordered by its counter. Without a stamp (a router of an older version) the order is unknown
+and the last announcement to arrive counts as the newest, as before.
 """
 
 from __future__ import annotations
@@ -24,6 +31,16 @@ class Claim:
     att: AttId
     sub: Sub
     unsettled: dict[bytes, bool]  # the map it attached with: tag -> accepted
+    stamp: int | None = None  # its router's clock when it attached (None: an older router)
+
+
+def newer(a: AttId, a_stamp: int | None, b: AttId, b_stamp: int | None) -> bool | None:
+    """Is attachment `a` later than `b`? None if unknown (a stamp missing, other routers)."""
+    if a[:2] == b[:2]:
+        return a[2] > b[2]  # one router instance counts its attachments
+    if a_stamp is None or b_stamp is None:
+        return None
+    return (a_stamp, a) > (b_stamp, b)
 
 
 class SubscriberView:
@@ -38,6 +55,24 @@ class SubscriberView:
         self.last_att: dict[Sub, AttId] = {}
         self.claims: dict[AttId, Claim] = {}
         self._by_sub: dict[Sub, set[AttId]] = {}
+        # the stamps of the attachments named above (claims, last_att, closed), and no others
+        self.stamps: dict[AttId, int] = {}
+
+    def stamp(self, att: AttId, stamp: int | None) -> None:
+        """Remember `att`'s stamp (kept while `att` is named in the view)."""
+        if stamp is not None:
+            self.stamps[att] = stamp
+
+    def _newer(self, a: AttId, b: AttId) -> bool | None:
+        return newer(a, self.stamps.get(a), b, self.stamps.get(b))
+
+    def _unname(self, att: AttId | None) -> None:
+        """Forget `att`'s stamp once nothing in the view names it (memory bounded by the view)."""
+        if att is None or att not in self.stamps or att in self.claims:
+            return
+        if att in self.last_att.values() or att in self.closed.values():
+            return
+        del self.stamps[att]
 
     def subscribers(self) -> list[Sub]:
         return sorted(self.known)
@@ -55,21 +90,67 @@ class SubscriberView:
         self.known[sub] = None if self._by_sub.get(sub) else now
         return True
 
-    def reopen(self, sub: Sub, att: AttId) -> bool:
-        """A claim of closed `sub` by another attachment than the one that closed it: a new
-        subscription (§2.6.6: the closed terminus is gone, this attach made a new one). True
-        if `sub` was closed."""
-        if sub not in self.closed or self.closed[sub] == att:
+    def reopen(self, sub: Sub, att: AttId, stamp: int | None = None) -> bool:
+        """A claim of closed `sub` by a later attachment than the one that closed it (or, not
+        knowing the order, by another one): a new subscription (§2.6.6: the closed terminus
+        is gone, this attach made a new one). True if `sub` was closed."""
+        if sub not in self.closed:
             return False
+        closing = self.closed[sub]
+        if closing == att:
+            return False
+        if closing is not None:
+            later = newer(att, stamp, closing, self.stamps.get(closing))
+            if later is False:
+                return False  # a late announcement of an attachment older than the close
         del self.closed[sub]
+        self._unname(closing)
         return True
 
+    def hear_latest(self, sub: Sub, att: AttId, stamp: int | None) -> tuple[bool, bool]:
+        """A peer names `att` (stamped `stamp`) as the newest attachment of `sub` it knows
+        (SUBS `latest`). If that is later than the attachment that closed `sub` here, `sub`
+        subscribed again (its claim never reached us, or a crash lost what we heard); if later
+        than our newest, it is our newest now. Only a known order counts. Returns (re-opened,
+        newest changed)."""
+        reopened = False
+        if sub in self.closed:
+            closing = self.closed[sub]
+            if closing is None or newer(att, stamp, closing, self.stamps.get(closing)) is not True:
+                return False, False
+            del self.closed[sub]
+            self._unname(closing)
+            reopened = True
+        elif sub not in self.known:
+            return False, False
+        last = self.last_att.get(sub)
+        if last is not None and newer(att, stamp, last, self.stamps.get(last)) is not True:
+            return reopened, False
+        self.stamp(att, stamp)
+        self.last_att[sub] = att
+        self._unname(last)
+        return reopened, True
+
     def add_claim(self, claim: Claim, now: float) -> bool:
-        if claim.sub in self.closed or claim.att in self.claims:
+        if claim.sub in self.closed:
+            return False
+        old = self.claims.get(claim.att)
+        if old is not None:
+            # announced again, stamped later (protocol._outlive): an attachment's stamp only grows
+            if claim.stamp is not None and (old.stamp is None or claim.stamp > old.stamp):
+                old.stamp = self.stamps[claim.att] = claim.stamp
+                last = self.last_att.get(claim.sub)
+                if last is not None and last != claim.att and self._newer(claim.att, last):
+                    self.last_att[claim.sub] = claim.att
+                    self._unname(last)
             return False
         self.learn(claim.sub, now)
         self.claims[claim.att] = claim
-        self.last_att[claim.sub] = claim.att
+        self.stamp(claim.att, claim.stamp)
+        last = self.last_att.get(claim.sub)
+        if last is None or self._newer(claim.att, last) is not False:
+            self.last_att[claim.sub] = claim.att  # the newest (by arrival if unknown)
+            self._unname(last)
         self._by_sub.setdefault(claim.sub, set()).add(claim.att)
         self.known[claim.sub] = None
         return True
@@ -84,31 +165,47 @@ class SubscriberView:
             del self._by_sub[claim.sub]
             if claim.sub in self.known:
                 self.known[claim.sub] = now
+        self._unname(att)
         return claim
 
     def router_claims(self, router: str) -> list[Claim]:
         return [c for att, c in sorted(self.claims.items()) if att[0] == router]
 
-    def close(self, sub: Sub, att: AttId | None = None) -> bool:
-        """`sub`'s attachment `att` detached with closed=true: it is no longer subscribed,
-        anywhere; unless a later attachment of it already re-subscribed (then only `att`'s
-        claim goes). True if `sub` is closed now and was not before."""
+    def close(self, sub: Sub, att: AttId | None = None, stamp: int | None = None) -> bool:
+        """`sub`'s attachment `att` (stamped `stamp`) detached with closed=true: it is no
+        longer subscribed, anywhere; unless a later attachment of it already re-subscribed
+        (then only `att`'s claim goes). True if `sub` is closed now and was not before."""
+        if att is not None:
+            self.stamp(att, stamp)
         if sub in self.closed:
+            closing = self.closed[sub]
+            if att is not None and closing is not None and self._newer(att, closing):
+                self.closed[sub] = att  # the latest close: older claims stay refused
+                self._unname(closing)
+            self._unname(att)
             return False
         if att is not None:
             others = self._by_sub.get(sub, set()) - {att}
-            if others or self.last_att.get(sub, att) != att:
-                # a later attachment claimed it (or claims do now): a new subscription
+            last = self.last_att.get(sub, att)
+            # a later attachment claimed it (or may have: order unknown): a new subscription
+            if any(self._newer(o, att) is not False for o in others) or (
+                last != att and self._newer(last, att) is not False
+            ):
                 self.remove_claim(att, 0.0)
-                if others and self.last_att.get(sub) == att:
-                    self.last_att[sub] = max(others)
+                if self.last_att.get(sub) == att:
+                    self.last_att[sub] = max(others, key=self._order)
+                self._unname(att)
                 return False
+        newest = self.last_att.pop(sub, None)
         self.closed[sub] = att
-        self.last_att.pop(sub, None)
         self.known.pop(sub, None)
-        for att in list(self._by_sub.get(sub, ())):
-            self.remove_claim(att, 0.0)
+        for other in list(self._by_sub.get(sub, ())):
+            self.remove_claim(other, 0.0)
+        self._unname(newest)
         return True
+
+    def _order(self, att: AttId) -> tuple[int, AttId]:
+        return (self.stamps.get(att, -1), att)
 
     def forget(self, sub: Sub) -> None:
         """Terminus timeout: drop `sub` (it may come back later as a new subscriber)."""

@@ -12,7 +12,10 @@ the faults. A schedule has three phases:
    was in flight is lost; both ends told; it reconnects later), a router crashes (all its
    memory, channels and client connections are gone; its `MemoryRecordStore` keeps what was
    committed) and restarts later with a new instance, a client's connection drops and the
-   client fails over to a random router. Messages on one channel or connection arrive in
+   client fails over to a random router; with `store_failures`, a router's store fails its
+   commits for a while (fail-stop: the commit and every output after it wait, in order, for
+   a retry; attaches are refused; a crash before the retry loses them). Messages on one
+   channel or connection arrive in
    order; different channels interleave arbitrarily (delays are random, sometimes long).
 3. *quiet*: no more faults; every router restarts, every channel reconnects, clients
    reconnect; the run goes on until everything drained (or a deadline).
@@ -67,6 +70,20 @@ class Params:
     terminus_timeout: float = 1e9
     close_share: float = 0.0  # of subscriber faults: close (closed=true), re-subscribe later
     lacking: tuple[int, int] = (0, 0)  # routers in the mesh without the topic's guarantee
+    # each router's wall clock is off by up to this (s), either way: the attachment stamps
+    # (view.py) must order a close and a re-attach even so, if the skew is below the time
+    # the subscriber takes to attach again (close_sub: >= 0.05 s)
+    clock_skew: float = 0.0
+    # of faults: a router's store fails its commits for a while (fail-stop, as
+    # qrouter/guarantee.py: the writes and every output after them are held, in order, and
+    # attaches refused, until a retry commits them; a crash meanwhile loses them)
+    store_failures: float = 0.0
+    # of client connection faults: half-open (the client sees its connection gone; the
+    # router only when the idle timeout passes). The client attaches again after
+    # `failover_wait` (decision 6 of docs/exactly-once.md: 2 x idle timeout + a margin)
+    half_open: float = 0.0
+    idle_timeout: float = 0.3
+    failover_wait: float = 0.7
 
 
 CI_PARAMS = Params(
@@ -78,8 +95,13 @@ CI_PARAMS = Params(
     window=4,
     close_share=0.25,
     lacking=(0, 1),
+    clock_skew=0.02,
 )
 """What the CI tests run: heavier than the defaults (a fault every 0.3 s for 8 s)."""
+
+STORE_PARAMS = Params(**{**CI_PARAMS.__dict__, "store_failures": 0.15, "half_open": 0.3})
+"""CI_PARAMS with store failures and half-open connections too (other schedules than
+CI_PARAMS' for the same seed)."""
 
 
 @dataclass
@@ -98,6 +120,38 @@ class SimRouter:
     instance: int = 0
     tr: TopicRouter | None = None
     conns: dict[AttId | Pub, Conn] = field(default_factory=dict)
+    failing_until: float = -1.0  # the store fails commits until then
+    held: bool = False  # a commit failed: commits and outputs wait for a retry
+    pending: list[tuple[dict[bytes, bytes], set[bytes]]] = field(default_factory=list)
+    outbox: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+
+
+class SimStore:
+    """A router instance's store as qrouter/guarantee.py commits to it: a commit fails while
+    the store is failing, and from then on every commit waits (in order) for the retry."""
+
+    def __init__(self, sim: Simulation, router: SimRouter, instance: int) -> None:
+        self.sim = sim
+        self.r = router
+        self.instance = instance
+
+    def commit(self, puts: dict[bytes, bytes], deletes: set[bytes]) -> None:
+        r = self.r
+        if r.instance != self.instance:
+            return
+        if not r.held and self.sim.now < r.failing_until:
+            r.held = True
+            self.sim.note(f"{r.name} store commit FAILS: held until a retry")
+            self.sim.after(
+                self.sim.rng.uniform(0.05, 0.3), self.sim.retry_store, r.name, r.instance
+            )
+        if r.held:
+            r.pending.append((dict(puts), set(deletes)))
+        else:
+            r.store.commit(puts, deletes)
+
+    def scan(self, prefix: bytes) -> Iterable[tuple[bytes, bytes]]:
+        return self.r.store.scan(prefix)
 
 
 @dataclass
@@ -172,20 +226,42 @@ class SimPort:
         self.router = router
         self.instance = instance
 
+    def _out(self, method: str, *args: Any) -> None:
+        r = self.sim.routers[self.router]
+        if r.instance != self.instance:
+            return
+        if r.held:
+            r.outbox.append((method, args))  # after the records it depends on (SimStore)
+        else:
+            self.do(method, args)
+
+    def do(self, method: str, args: tuple[Any, ...]) -> None:
+        if method == "to_router":
+            self.sim.send_router(self.router, *args)
+        elif method == "deliver":
+            att, out_tag, body, _ = args
+            self.sim.to_client(self.router, att, "deliver", out_tag, body)
+        elif method == "settle_subscriber":
+            self.sim.to_client(self.router, args[0], "settle", args[1])
+        elif method == "accept_publisher":
+            self.sim.to_client(self.router, args[0], "accept", args[1])
+        elif method == "resend":
+            self.sim.to_client(self.router, args[0], "resend", args[1])
+
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
-        self.sim.send_router(self.router, router_id, message)
+        self._out("to_router", router_id, message)
 
     def deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
-        self.sim.to_client(self.router, att, "deliver", out_tag, body)
+        self._out("deliver", att, out_tag, body, resume)
 
     def settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
-        self.sim.to_client(self.router, att, "settle", out_tag)
+        self._out("settle_subscriber", att, out_tag)
 
     def accept_publisher(self, pub: Pub, tag: bytes) -> None:
-        self.sim.to_client(self.router, pub, "accept", tag)
+        self._out("accept_publisher", pub, tag)
 
     def resend(self, pub: Pub, tags: list[bytes]) -> None:
-        self.sim.to_client(self.router, pub, "resend", tags)
+        self._out("resend", pub, tags)
 
     def log(self, level: str, msg: str) -> None:
         if level in ("warning", "error"):
@@ -206,6 +282,9 @@ class Simulation:
         rng = self.rng
         names = [f"R{i}" for i in range(rng.randint(*self.p.routers))]
         self.routers = {n: SimRouter(n, MemoryRecordStore()) for n in names}
+        # drawn apart from `rng`, so that a seed's schedule does not depend on the skew
+        clocks = random.Random(f"{seed}/clocks")
+        self.skew = {n: clocks.uniform(-self.p.clock_skew, self.p.clock_skew) for n in names}
         self.lacking = {
             f"L{i}": Lacking(self, f"L{i}") for i in range(rng.randint(*self.p.lacking))
         }
@@ -254,10 +333,11 @@ class Simulation:
         if r.tr is not None:
             return
         r.instance += 1
+        r.held, r.pending, r.outbox, r.failing_until = False, [], [], -1.0
         r.tr = TopicRouter(
             name,
             SimPort(self, name, r.instance),
-            r.store,
+            SimStore(self, r, r.instance),
             instance=r.instance,
             topic="events",
             mode=self.p.mode,
@@ -265,6 +345,7 @@ class Simulation:
             ask_interval=0.5,
             now=self.now,
             unsafe=self.p.unsafe,
+            clock=lambda: self.now + self.skew[name],
         )
         r.conns = {}
         self.note(f"{name} starts (instance {r.instance})")
@@ -281,8 +362,9 @@ class Simulation:
         r = self.routers[name]
         if r.tr is None:
             return
-        self.note(f"{name} CRASHES")
+        self.note(f"{name} CRASHES" + (" (with held commits: lost)" if r.held else ""))
         r.tr = None
+        r.held, r.pending, r.outbox = False, [], []
         for ch in self.channels.values():
             if name in (ch.a, ch.b):
                 self.channel_down(ch)
@@ -344,6 +426,9 @@ class Simulation:
         name = self.rng.choice(sorted(self.routers))
         r = self.routers[name]
         if r.tr is None:
+            self.after(self.rng.uniform(0.1, 0.5), self.connect, client)
+            return
+        if r.held:  # store unavailable: durable attaches refused, the client tries again
             self.after(self.rng.uniform(0.1, 0.5), self.connect, client)
             return
         conn = Conn(client, name, r.instance, next(self._seq))
@@ -507,6 +592,9 @@ class Simulation:
         if not self.faults:
             return
         self.after(self.rng.expovariate(1 / self.p.fault_every), self.fault)
+        if self.p.store_failures and self.rng.random() < self.p.store_failures:
+            self.store_failure()
+            return
         kind = self.rng.random()
         if kind < 0.35:
             ch = self.rng.choice(sorted(self.channels.values(), key=lambda c: (c.a, c.b)))
@@ -526,8 +614,57 @@ class Simulation:
                 return
             if isinstance(client, SubClient) and self.rng.random() < self.p.close_share:
                 self.close_sub(client)
+            elif self.p.half_open and self.rng.random() < self.p.half_open:
+                self.half_open(client.conn)
             else:
                 self.drop_conn(client.conn)
+
+    def half_open(self, conn: Conn) -> None:
+        """The client's connection is gone for the client (what it sends and what is sent to
+        it is lost) while its router still holds the link until its idle timeout."""
+        client = conn.client
+        conn.live = False
+        client.conn = None
+        self.note(f"{client.name} connection to {conn.router} HALF-OPEN")
+        self.after(self.p.idle_timeout, self._idle_expired, conn)
+        self.after(self.p.failover_wait, self.connect, client)
+
+    def _idle_expired(self, conn: Conn) -> None:
+        r = self.routers[conn.router]
+        client = conn.client
+        key = conn.att if conn.att is not None else getattr(client, "pub", None)
+        if r.tr is None or r.instance != conn.instance or r.conns.get(key) is not conn:  # type: ignore[arg-type]
+            return
+        self.note(f"{conn.router} closes {client.name}'s idle connection")
+        r.conns.pop(key)  # type: ignore[arg-type]
+        if conn.att is not None:
+            r.tr.subscriber_detached(conn.att, False, self.now)
+        elif isinstance(client, PubClient):
+            r.tr.publisher_detached(client.pub, False, self.now)
+
+    def store_failure(self) -> None:
+        alive = [n for n, r in sorted(self.routers.items()) if r.tr is not None]
+        name = self.rng.choice(alive)
+        r = self.routers[name]
+        r.failing_until = self.now + self.rng.uniform(0.05, 1.0)
+        self.note(f"{name} store starts failing until {r.failing_until:.3f}")
+
+    def retry_store(self, name: str, instance: int) -> None:
+        """The router's retry (qrouter/store_health.py): commit what waits, then release the
+        outputs held behind it, in order."""
+        r = self.routers[name]
+        if r.tr is None or r.instance != instance or not r.held:
+            return
+        if self.now < r.failing_until:
+            self.after(self.rng.uniform(0.05, 0.3), self.retry_store, name, instance)
+            return
+        self.note(f"{name} store retry commits {len(r.pending)} held batches")
+        for puts, deletes in r.pending:
+            r.store.commit(puts, deletes)
+        outbox, r.pending, r.outbox, r.held = r.outbox, [], [], False
+        port = SimPort(self, name, instance)
+        for method, args in outbox:
+            port.do(method, args)
 
     def close_sub(self, c: SubClient) -> None:
         """The subscriber detaches with closed=true (its terminus ends, AMQP 1.0 §2.6.6, and
@@ -702,8 +839,9 @@ def first_failure(seeds: Iterable[int], params: Params | None = None) -> Simulat
 def main(argv: list[str]) -> int:
     seed = int(argv[1]) if len(argv) > 1 else 0
     mode = argv[2] if len(argv) > 2 else EXACTLY_ONCE
-    unsafe = tuple(argv[3:])
-    sim = run(seed, Params(**{**CI_PARAMS.__dict__, "mode": mode, "unsafe": unsafe}))
+    unsafe = tuple(a for a in argv[3:] if a != "store-failures")
+    base = STORE_PARAMS if "store-failures" in argv[3:] else CI_PARAMS
+    sim = run(seed, Params(**{**base.__dict__, "mode": mode, "unsafe": unsafe}))
     print(sim.report(last=10**9))
     return 1 if sim.violations() else 0
 

@@ -353,6 +353,210 @@ def test_closed_subscriber_attaching_again_is_a_new_subscription() -> None:
     assert S1 in net.start("A", 2).view.known
 
 
+def _held(net: Net, src: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Take what `src` has sent and not yet delivered off the wire (a slow channel)."""
+    held = [w for w in net.wire if w[0] == src]
+    net.wire = type(net.wire)(w for w in net.wire if w[0] != src)
+    return held
+
+
+@pytest.mark.parametrize("clock", ["lamport", "wall"])
+def test_attachments_are_ordered_by_stamp_not_by_arrival(clock: str) -> None:
+    """Seed 20371's pattern: A's snapshot naming S1's old attachment a1 arrives at B after S1
+    attached at B (b1); b1's link then drops, and A's late UNSUB closed=true of a1 arrives.
+    By arrival a1 looks newest and the close ends the subscription at B, the driver; by stamp
+    b1 is newer: S1 stays subscribed (in limbo). `lamport`: every clock reads 0, so only what
+    B heard orders them; `wall`: B never heard of a1, its clock is later."""
+    now = {"A": 0.0, "B": 0.0}
+    net = Net("AB", clock=lambda: 0.0) if clock == "lamport" else Net("AB")
+    if clock == "wall":
+        for n in "AB":
+            net.r[n]._clock = lambda n=n: now[n]  # type: ignore[attr-defined]
+        net.r["A"].router_down("B", 0.0)
+        net.r["B"].router_down("A", 0.0)
+    now["A"] = 1.0
+    a1 = net.r["A"].subscriber_attached(S1, [], 1.0)
+    net.pump()
+    if clock == "lamport":
+        net.r["A"].router_down("B", 1.0)
+        net.r["B"].router_down("A", 1.0)
+    net.r["A"].router_up("B", 1.0)  # A's SUBS names a1: held on a slow channel
+    net.r["B"].router_up("A", 1.0)
+    net.r["A"].subscriber_detached(a1, True, 2.0)  # S1 closes at A...
+    slow = _held(net, "A")
+    net.pump()
+    now["B"] = 3.0
+    b1 = net.r["B"].subscriber_attached(S1, [], 3.0)  # ... and attaches again at B
+    net.pump()
+    net.wire.append(slow.pop(0))  # the snapshot naming a1
+    net.pump()
+    net.r["B"].subscriber_detached(b1, False, 4.0)  # its connection drops
+    net.wire.extend(slow)  # the close of a1, late
+    net.pump()
+    b = net.r["B"].view
+    assert S1 in b.known and S1 not in b.closed
+    assert b.last_att[S1] == b1 and b.stamps[b1] > b.stamps.get(a1, -1)
+    # the order survives a restart (the k/ value holds the stamp)
+    again = net.start("B", 2)
+    assert again.view.last_att[S1] == b1 and again.view.stamps[b1] == b.stamps[b1]
+    assert again.attach_stamp() > b.stamps[b1]
+
+
+def test_a_snapshot_naming_a_later_attachment_reopens_a_closed_subscriber() -> None:
+    """Seed 671 of the store-failure schedules: C heard S1's close and then its new attach b1,
+    but a crash lost the re-opening (its commit was held), and b1's router is gone too. A's
+    snapshot names b1 as S1's newest attachment (`latest`): later than the close, so C owes S1
+    again (in limbo), as A does; an attachment older than the close re-opens nothing."""
+    net = Net("ABC", clock=lambda: 0.0)
+    a1 = net.r["A"].subscriber_attached(S1, [], 0.0)
+    net.pump()
+    net.r["A"].subscriber_detached(a1, True, 1.0)
+    net.pump()
+    closed_at_c = dict(net.stores["C"].data)  # C's store when it had only heard the close
+    b1 = net.r["B"].subscriber_attached(S1, [], 2.0)
+    net.pump()
+    assert S1 in net.r["C"].view.known
+    for peer in "AB":  # B crashes; C crashes and restarts from the store before the reopen
+        net.r["C"].router_down(peer, 3.0)
+        net.r[peer].router_down("C", 3.0)
+    net.r["A"].router_down("B", 3.0)
+    net.stores["C"].data = closed_at_c
+    c = net.start("C", 2)
+    assert S1 in c.view.closed and S1 not in c.view.known
+    net.r["A"].router_up("C", 4.0)
+    c.router_up("A", 4.0)
+    net.pump()
+    assert S1 in c.view.known and S1 not in c.view.closed
+    assert c.view.last_att[S1] == b1 and not c.view.claims_of(S1)  # in limbo
+    assert not any(k.startswith(b"c/") for k in net.stores["C"].data)
+    # a snapshot naming the attachment that closed it (or an older one) changes nothing
+    d = Net("AB", clock=lambda: 0.0)
+    d1 = d.r["A"].subscriber_attached(S1, [], 0.0)
+    d.pump()
+    d.r["A"].subscriber_detached(d1, True, 1.0)
+    d.pump()
+    stamp = d.r["B"].view.stamps[d1]
+    snapshot = make(
+        "SUBS", "", instance=1, attached=[], known=[list(S1)], closed=[],
+        latest=[[list(S1), list(d1)]], stamps=[[list(d1), stamp]],
+    )  # fmt: skip
+    d.r["B"].receive("A", snapshot, 2.0)
+    assert S1 in d.r["B"].view.closed
+
+
+@pytest.mark.parametrize(
+    "latest",
+    [[[["s", "l"], ["A", 1, 1]]] * 2, "x", [[["s", "l"]]], [[["s", "l"], ["A", 1]]], [3]],
+)
+def test_a_bad_latest_list_drops_the_snapshot(latest: Any) -> None:
+    net = Net("AB")
+    b = net.r["B"]
+    snapshot = make(
+        "SUBS", "", instance=1, attached=[[["A", 1, 2], list(S2), []]], known=[["s", "l"]],
+        closed=[], latest=latest,
+    )  # fmt: skip
+    b.receive("A", snapshot, 1.0)
+    assert S2 not in b.view.known
+    assert any("bad message" in text for _, text in net.logs)
+
+
+def test_the_router_holding_the_link_outlives_a_close_stamped_later() -> None:
+    """A's clock is 1 s ahead of B's: S1 closes at A and attaches at B at once, so b1's stamp
+    is below a1's. B holds the link, so a1 is the older: B keeps S1, stamps b1 again above a1
+    and announces it again; A, which closed S1, re-opens it on that."""
+    net = Net("AB")
+    now = {"A": 11.0, "B": 10.0}
+    for n in "AB":
+        net.r[n]._clock = lambda n=n: now[n]  # type: ignore[attr-defined]
+    a1 = net.r["A"].subscriber_attached(S1, [], 1.0)
+    net.r["A"].subscriber_detached(a1, True, 2.0)
+    slow = _held(net, "A")  # a1's SUB and its close, late
+    b1 = net.r["B"].subscriber_attached(S1, [], 2.0)
+    net.pump()  # A re-opens S1 on b1's claim ...
+    net.wire.extend(slow)  # ... and B hears a1 (stamped later than b1) closed
+    net.pump()
+    for n in "AB":
+        view = net.r[n].view
+        assert S1 in view.known and S1 not in view.closed, n
+        assert view.last_att[S1] == b1 and [c.att for c in view.claims_of(S1)] == [b1], n
+        assert view.stamps[b1] > 11_000, n  # later than a1 now
+
+
+def test_attachment_stamps_of_an_older_router_default_to_arrival_order() -> None:
+    """SUB/UNSUB without `at`, SUBS without `stamps`, store values without a stamp: the order
+    is unknown and the last announcement to arrive counts as the newest (as before)."""
+    net = Net("AB")
+    b = net.r["B"]
+    old = ("A", 1, 7)
+    b.receive("A", make("SUB", "", att=list(old), sub=list(S1), map=[]), 1.0)
+    assert b.view.last_att[S1] == old and old not in b.view.stamps
+    b1 = b.subscriber_attached(S1, [], 1.0)
+    assert b.view.last_att[S1] == b1
+    b.receive("A", make("UNSUB", "", att=list(old), sub=list(S1), closed=1), 2.0)
+    assert S1 in b.view.known  # b1 claims it
+    b.receive("A", make("SUBS", "", instance=1, attached=[], known=[], closed=[]), 2.0)
+    assert S1 in b.view.known
+    net.stores["C"] = MemoryRecordStore()
+    net.stores["C"].commit({b"k/" + b'["s1","l"]': b'["A",1,7]'}, set())
+    c = net.start("C", 1)
+    assert c.view.last_att[S1] == old and old not in c.view.stamps
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [-1, 2**62, 2**70, 1.5, True, "1", [1], b"\x01"],
+)
+def test_a_bad_attachment_stamp_drops_the_message(bad: Any) -> None:
+    net = Net("AB")
+    b = net.r["B"]
+    b.receive("A", make("SUB", "", att=["A", 1, 1], sub=list(S1), map=[], at=bad), 1.0)
+    b.receive(
+        "A",
+        make(
+            "SUBS",
+            "",
+            instance=1,
+            attached=[[["A", 1, 2], list(S2), []]],
+            known=[],
+            closed=[],
+            stamps=[[["A", 1, 2], bad]],
+        ),
+        1.0,
+    )
+    b._flush()
+    assert S1 not in b.view.known and S2 not in b.view.known
+    assert sum("bad message" in text for _, text in net.logs) == 2
+
+
+def test_a_snapshot_with_more_stamps_than_attachments_is_dropped() -> None:
+    net = Net("AB")
+    b = net.r["B"]
+    stamps = [[["A", 1, n], n] for n in range(3)]
+    b.receive(
+        "A",
+        make(
+            "SUBS",
+            "",
+            instance=1,
+            attached=[[["A", 1, 0], list(S1), []]],
+            known=[],
+            closed=[],
+            stamps=stamps,
+        ),
+        1.0,
+    )
+    assert S1 not in b.view.known
+    assert any("bad message" in text for _, text in net.logs)
+
+
+def test_a_stamp_far_ahead_is_not_followed() -> None:
+    net = Net("AB", clock=lambda: 100.0)
+    b = net.r["B"]
+    b.receive("A", make("SUB", "", att=["A", 1, 1], sub=list(S1), map=[], at=2**61), 1.0)
+    assert S1 in b.view.known
+    assert b.attach_stamp() < 100_000 + 60_000
+
+
 def test_late_close_of_an_old_attachment_does_not_end_the_new_subscription() -> None:
     # C hears S1's new attach at B before the close of its old one at A (different channels)
     net = Net("ABC")

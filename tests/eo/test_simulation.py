@@ -16,7 +16,8 @@ import time
 import pytest
 
 from qrouter.eo import AT_LEAST_ONCE, EXACTLY_ONCE
-from tests.eo.sim import CI_PARAMS, Params, first_failure, run
+from tests.eo import sim as simulation
+from tests.eo.sim import CI_PARAMS, STORE_PARAMS, Params, first_failure, run
 
 SEEDS = int(os.environ.get("QROUTER_EO_SEEDS", "1000"))
 
@@ -43,6 +44,43 @@ def test_exactly_once_schedules() -> None:
 
 def test_at_least_once_schedules() -> None:
     _explore(Params(**{**CI.__dict__, "mode": AT_LEAST_ONCE}), range(SEEDS // 2))
+
+
+def test_store_failure_schedules() -> None:
+    """Store commits fail too (issue 15, item 3): fail-stop, held until a retry commits."""
+    _explore(STORE_PARAMS, range(SEEDS))
+
+
+def test_store_failure_at_least_once_schedules() -> None:
+    _explore(Params(**{**STORE_PARAMS.__dict__, "mode": AT_LEAST_ONCE}), range(SEEDS // 2))
+
+
+def test_store_failure_regression() -> None:
+    """Seed 671: a crash lost a router's re-opening of a closed subscriber (its commit was
+    held); it learns it again from a peer's snapshot (SUBS `latest`, view.hear_latest)."""
+    sim = run(671, STORE_PARAMS)
+    assert not sim.violations(), sim.report()
+
+
+def test_store_failures_are_injected() -> None:
+    text = "\n".join(line for seed in range(20) for line in run(seed, STORE_PARAMS).trace)
+    assert text.count("store commit FAILS") >= 20
+    assert text.count("store retry commits") >= 20
+    assert text.count("with held commits: lost") >= 2  # crashes before the retry
+
+
+def test_outputs_ahead_of_a_failed_commit_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let outputs leave while their records wait for the retry (the rule qrouter/guarantee.py
+    keeps: nothing before the records it depends on) and crashes lose what they told."""
+
+    def unheld(self: simulation.SimPort, method: str, *args: object) -> None:
+        if self.sim.routers[self.router].instance == self.instance:
+            self.do(method, args)
+
+    monkeypatch.setattr(simulation.SimPort, "_out", unheld)
+    harsh = Params(**{**STORE_PARAMS.__dict__, "store_failures": 0.5})
+    failed = first_failure(range(150), harsh)
+    assert failed is not None, "outputs ahead of their commits: no violation in 150 seeds"
 
 
 @pytest.mark.parametrize("variant", ["accept-early", "drop-on-settle"])
@@ -77,11 +115,46 @@ def test_the_issue_15_fixes_are_needed(monkeypatch: pytest.MonkeyPatch, undone: 
     from qrouter.eo.view import SubscriberView
 
     if undone == "reopen":
-        monkeypatch.setattr(SubscriberView, "reopen", lambda self, sub, att: False)
+        monkeypatch.setattr(SubscriberView, "reopen", lambda self, sub, att, stamp=None: False)
     else:
         monkeypatch.setattr(TopicRouter, "_on_lacking", lambda self, sender: None)
     failed = first_failure(range(50), CI)
     assert failed is not None, f"without the {undone} fix: no violation in 50 seeds"
+
+
+# Schedules that failed in a long run (seeds 1,000-100,999) when every router took the last
+# attachment announcement to arrive as the newest: a late close of an older attachment (or a
+# snapshot naming one) briefly ended a subscription that had attached again elsewhere.
+ATTACH_ORDER_SEEDS = (20371, 20896, 24832, 45313)
+
+
+@pytest.mark.parametrize("mode", [EXACTLY_ONCE, AT_LEAST_ONCE])
+@pytest.mark.parametrize("seed", ATTACH_ORDER_SEEDS)
+def test_attachment_order_regressions(seed: int, mode: str) -> None:
+    sim = run(seed, Params(**{**CI.__dict__, "mode": mode}))
+    assert not sim.violations(), sim.report()
+
+
+# At-least-once schedules of a long run that failed when a close arrived, after a newer
+# attachment, with a later stamp (clocks 20 ms apart, the subscriber attached again 10 ms after
+# closing): the router holding the link restamps and re-announces it (protocol._outlive).
+SKEW_SEEDS = (5186, 13210)
+
+
+@pytest.mark.parametrize("mode", [EXACTLY_ONCE, AT_LEAST_ONCE])
+@pytest.mark.parametrize("seed", SKEW_SEEDS)
+def test_clock_skew_regressions(seed: int, mode: str) -> None:
+    sim = run(seed, Params(**{**CI.__dict__, "mode": mode}))
+    assert not sim.violations(), sim.report()
+
+
+def test_attachment_order_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Order attachments by arrival again (every order unknown) and those schedules fail."""
+    import qrouter.eo.view
+
+    monkeypatch.setattr(qrouter.eo.view, "newer", lambda a, a_stamp, b, b_stamp: None)
+    failed = [seed for seed in ATTACH_ORDER_SEEDS if run(seed, CI).violations()]
+    assert len(failed) == len(ATTACH_ORDER_SEEDS), f"only {failed} fail without the order"
 
 
 @pytest.mark.skipif(
