@@ -502,6 +502,11 @@ def test_attachment_stamps_of_an_older_router_default_to_arrival_order() -> None
     assert c.view.last_att[S1] == old and old not in c.view.stamps
 
 
+def _stamped_snapshot(attached: list[Any], stamps: list[Any]) -> Any:
+    """A SUBS from router A (instance 1) with these attachments and their stamps."""
+    return make("SUBS", "", instance=1, attached=attached, known=[], closed=[], stamps=stamps)
+
+
 @pytest.mark.parametrize(
     "bad",
     [-1, 2**62, 2**70, 1.5, True, "1", [1], b"\x01"],
@@ -510,19 +515,7 @@ def test_a_bad_attachment_stamp_drops_the_message(bad: Any) -> None:
     net = Net("AB")
     b = net.r["B"]
     b.receive("A", make("SUB", "", att=["A", 1, 1], sub=list(S1), map=[], at=bad), 1.0)
-    b.receive(
-        "A",
-        make(
-            "SUBS",
-            "",
-            instance=1,
-            attached=[[["A", 1, 2], list(S2), []]],
-            known=[],
-            closed=[],
-            stamps=[[["A", 1, 2], bad]],
-        ),
-        1.0,
-    )
+    b.receive("A", _stamped_snapshot([[["A", 1, 2], list(S2), []]], [[["A", 1, 2], bad]]), 1.0)
     b._flush()
     assert S1 not in b.view.known and S2 not in b.view.known
     assert sum("bad message" in text for _, text in net.logs) == 2
@@ -532,19 +525,7 @@ def test_a_snapshot_with_more_stamps_than_attachments_is_dropped() -> None:
     net = Net("AB")
     b = net.r["B"]
     stamps = [[["A", 1, n], n] for n in range(3)]
-    b.receive(
-        "A",
-        make(
-            "SUBS",
-            "",
-            instance=1,
-            attached=[[["A", 1, 0], list(S1), []]],
-            known=[],
-            closed=[],
-            stamps=stamps,
-        ),
-        1.0,
-    )
+    b.receive("A", _stamped_snapshot([[["A", 1, 0], list(S1), []]], stamps), 1.0)
     assert S1 not in b.view.known
     assert any("bad message" in text for _, text in net.logs)
 

@@ -8,12 +8,15 @@ import ipaddress
 import logging
 import shutil
 import subprocess
+import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from qrouter.config import RouterConfig
 from tests.tools_alias import alias_tools_package
 
 alias_tools_package()
@@ -138,3 +141,23 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
 def openssl_certs(tmp_path: Path) -> CertFiles:
     """Like `certs`, always made with the openssl command (to test that fallback)."""
     return _generate_with_openssl(tmp_path)
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RouterConfig]]:
+    """Replace router.server with a fake whose run() records the config and returns 0."""
+    calls: list[RouterConfig] = []
+    fake = types.ModuleType("qrouter.server")
+
+    def run(cfg: RouterConfig) -> int:
+        calls.append(cfg)
+        return 0
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "qrouter.server", fake)
+    root = logging.getLogger("qrouter")
+    saved = (root.level, list(root.handlers), root.propagate)
+    yield calls
+    root.setLevel(saved[0])
+    root.handlers[:] = saved[1]
+    root.propagate = saved[2]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,26 +17,6 @@ from qrouter import __version__
 from qrouter.auth import UserDB, hash_password
 from qrouter.cli import main
 from qrouter.config import RouterConfig
-
-
-@pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RouterConfig]]:
-    """Replace router.server with a fake whose run() records the config and returns 0."""
-    calls: list[RouterConfig] = []
-    fake = types.ModuleType("qrouter.server")
-
-    def run(cfg: RouterConfig) -> int:
-        calls.append(cfg)
-        return 0
-
-    fake.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "qrouter.server", fake)
-    root = logging.getLogger("qrouter")
-    saved = (root.level, list(root.handlers), root.propagate)
-    yield calls
-    root.setLevel(saved[0])
-    root.handlers[:] = saved[1]
-    root.propagate = saved[2]
 
 
 def test_version() -> None:

@@ -3,8 +3,6 @@ write_buffer_low in the file and on the command line, their defaults and their c
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -54,12 +52,8 @@ def test_low_above_high_on_the_command_line() -> None:
     assert "--write-buffer-low" in str(info.value)
 
 
-def test_cli_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[RouterConfig] = []
-    fake = types.ModuleType("qrouter.server")  # no server: run() records the config
-    fake.run = lambda cfg: seen.append(cfg) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "qrouter.server", fake)
-    monkeypatch.setattr("qrouter.log.setup_logging", lambda *args: None)
+def test_cli_flags_reach_the_config(started: list[RouterConfig]) -> None:
+    seen = started  # no server: run() records the config (conftest.py)
     result = CliRunner().invoke(
         main, ["start", "--write-buffer-high", "5000", "--write-buffer-low", "100"]
     )

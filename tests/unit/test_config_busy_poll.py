@@ -3,8 +3,6 @@ its default, the file key and the command-line flag, and its bounds."""
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -40,12 +38,8 @@ def test_flag_out_of_range() -> None:
     assert "--busy-poll-us" in str(info.value)
 
 
-def test_cli_flag_reaches_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[RouterConfig] = []
-    fake = types.ModuleType("qrouter.server")  # no server: run() records the config
-    fake.run = lambda cfg: seen.append(cfg) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "qrouter.server", fake)
-    monkeypatch.setattr("qrouter.log.setup_logging", lambda *args: None)
+def test_cli_flag_reaches_the_config(started: list[RouterConfig]) -> None:
+    seen = started  # no server: run() records the config (conftest.py)
     result = CliRunner().invoke(main, ["start", "--busy-poll-us", "75"])
     assert result.exit_code == 0, result.output
     assert seen[0].busy_poll_us == 75
