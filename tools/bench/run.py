@@ -28,8 +28,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -503,10 +503,12 @@ class Bench:
             return Row(name, note=str(e))
         return row
 
-    def triangle(self, name: str, spec: str, *, count: int, store: str | None = None) -> Row:
-        """Routers A, B, C connected to each other; the sender on A, one receiver on each;
-        the address entry `bench.t=<spec>` (multicast, maybe with a guarantee)."""
-        base = self.direct(False)
+    @contextmanager
+    def triangle_routers(
+        self, name: str, spec: str, store: str | None = None
+    ) -> Iterator[tuple[Router, Router, Router]]:
+        """Routers A, B, C connected to each other, the address entry `bench.t=<spec>`
+        (multicast, maybe with a guarantee), the mesh formed."""
         ports = [free_port() for _ in range(3)]
         args: list[list[str]] = []
         for i, rid in enumerate("ABC"):
@@ -517,31 +519,43 @@ class Bench:
             if store:
                 opts += ["--store", store, "--store-path", str(self.cfg.logs / f"{name}-{rid}")]
             args.append(opts)
+        with (
+            Router(self.cfg.logs, name + " A", *args[0]) as a,
+            Router(self.cfg.logs, name + " B", *args[1]) as b,
+            Router(self.cfg.logs, name + " C", *args[2]) as c,
+        ):
+            time.sleep(MESH_FORM_S * 2)
+            yield a, b, c
+
+    def triangle_round(self, routers: tuple[Router, Router, Router], addr: str, count: int) -> Run:
+        """One run on the triangle: the sender on A, one receiver on each router."""
+        a, b, c = routers
+        cpu0 = a.cpu_s() + b.cpu_s() + c.cpu_s()
+        run = run_load(
+            self.cfg,
+            a.port,
+            addr,
+            count=count,
+            receivers=3,
+            recv_ports=[a.port, b.port, c.port],
+            attach_wait=MESH_FORM_S * 1.5,  # subscribers known everywhere first
+        )
+        for r in routers:
+            r.check()
+        run.router_cpu_s = a.cpu_s() + b.cpu_s() + c.cpu_s() - cpu0
+        return run
+
+    def triangle(self, name: str, spec: str, *, count: int, store: str | None = None) -> Row:
+        """The triangle's rate: `repeat` runs, each on an address of its own."""
+        base = self.direct(False)
         try:
-            with (
-                Router(self.cfg.logs, name + " A", *args[0]) as a,
-                Router(self.cfg.logs, name + " B", *args[1]) as b,
-                Router(self.cfg.logs, name + " C", *args[2]) as c,
-            ):
-                time.sleep(MESH_FORM_S * 2)
-                runs = []
-                for i in range(self.cfg.repeat):
-                    cpu0 = a.cpu_s() + b.cpu_s() + c.cpu_s()
-                    run = run_load(
-                        self.cfg,
-                        a.port,
-                        f"bench.t.{i}",
-                        count=count,
-                        receivers=3,
-                        recv_ports=[a.port, b.port, c.port],
-                        attach_wait=MESH_FORM_S * 1.5,  # subscribers known everywhere first
-                    )
-                    for r in (a, b, c):
-                        r.check()
-                    run.router_cpu_s = a.cpu_s() + b.cpu_s() + c.cpu_s() - cpu0
-                    runs.append(run)
+            with self.triangle_routers(name, spec, store) as routers:
+                runs = [
+                    self.triangle_round(routers, f"bench.t.{i}", count)
+                    for i in range(self.cfg.repeat)
+                ]
                 row = self.median(name, runs, base, receivers=3)
-                row.router_rss_mib = (a.rss_kib() + b.rss_kib() + c.rss_kib()) / 1024
+                row.router_rss_mib = sum(r.rss_kib() for r in routers) / 1024
         except BenchError as e:
             return Row(name, note=str(e))
         return row
@@ -758,6 +772,57 @@ def pubsub(guarantee: str | None, store: str | None = None) -> Callable[[Bench],
     return scenario
 
 
+EO_RSS_TOTAL = 1_000_000  # guaranteed messages over the whole run (issue 15, item 3)
+EO_RSS_ROUND = 100_000  # messages per round; the RSS of each router is read after each
+
+
+def eo_rss(store: str | None = None) -> Callable[[Bench], Row]:
+    """Issue 15, item 3: the routers' RSS stays flat (±10%) over 1,000,000 exactly-once
+    messages on one topic of the triangle after a first round of warm-up. Rounds of
+    EO_RSS_ROUND messages (`--count` when smaller), fresh clients each round."""
+
+    def scenario(b: Bench) -> Row:
+        return _eo_rss(b, store)
+
+    return scenario
+
+
+def _eo_rss(b: Bench, store: str | None) -> Row:
+    name = "1→3 on 3 routers, exactly-once, " + (f"{store} store, " if store else "") + "RSS"
+    per_round = min(b.cfg.count, EO_RSS_ROUND)
+    rounds = max(2, -(-EO_RSS_TOTAL // per_round)) if per_round == EO_RSS_ROUND else 3
+    samples: list[list[float]] = []
+    runs: list[Run] = []
+    try:
+        with b.triangle_routers(name, "multicast,exactly-once", store) as routers:
+            for _ in range(rounds):
+                runs.append(b.triangle_round(routers, "bench.t.rss", per_round))
+                samples.append([r.rss_kib() / 1024 for r in routers])
+                print(
+                    f"  round {len(samples)}/{rounds}: RSS A/B/C "
+                    + " / ".join(f"{x:.1f}" for x in samples[-1])
+                    + " MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    except BenchError as e:
+        return Row(name, note=str(e))
+    warm = samples[0]
+    drift = [max(abs(s[i] - warm[i]) / warm[i] for s in samples[1:]) for i in range(3)]
+    rates = [r.rate for r in runs if r.rate]
+    row = Row(name, msgs_per_s=statistics.median(rates) if rates else None)
+    row.loss = sum(r.sent * 3 - r.received for r in runs)
+    row.router_rss_mib = sum(samples[-1])
+    row.note = (
+        f"{rounds} rounds × {per_round:,} msgs; RSS A/B/C after round 1 "
+        + " / ".join(f"{x:.1f}" for x in warm)
+        + ", after the last "
+        + " / ".join(f"{x:.1f}" for x in samples[-1])
+        + f" MiB; largest drift from round 1 {max(drift):.1%} (target ≤ 10%)"
+    )
+    return row
+
+
 def latency(b: Bench) -> Row:
     rate = b.cfg.rate
     row = b.through_router(f"one-hop unsettled @{rate}/s", rate=rate)
@@ -950,6 +1015,8 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "mesh-at-least-once": pubsub("at-least-once"),
     "mesh-exactly-once": pubsub("exactly-once"),
     "mesh-exactly-once-lmdb": pubsub("exactly-once", "lmdb"),
+    "mesh-exactly-once-rss": eo_rss(),
+    "mesh-exactly-once-lmdb-rss": eo_rss("lmdb"),
     "latency": latency,
     "sweep": sweep,
     "broker": broker,
