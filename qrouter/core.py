@@ -335,6 +335,8 @@ class ConnectionHandler:
 
             claimed = fields["properties"].get(P_ID)  # a map: is_inter_router_open said so
             refusal = mesh_refusal(self.core.config, conn, self.connector, claimed)
+            if refusal is None:
+                refusal = self.core.mesh.first_use_refusal(conn, self.connector, claimed)
             if refusal is not None:
                 self.core.mesh.refused["identity"] += 1
                 log.error("[C%d] inter-router connection refused: %s", conn.conn_id, refusal)

@@ -125,6 +125,13 @@ class Mesh:
             "eo-origin": 0,
             "identity": 0,
         }
+        # router id -> the identity that first claimed it (mesh_identities not a table)
+        self.bound_ids: dict[str, str] = {}
+        from qrouter.sasl import binding_warning
+
+        warning = binding_warning(core.config)
+        if warning is not None:
+            log.warning("%s", warning)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -204,6 +211,14 @@ class Mesh:
 
     # -- connections (called by qrouter/core.py) ------------------------------------------------
 
+    def first_use_refusal(
+        self, conn: Connection, connector: ConnectorConfig | None, claimed: object
+    ) -> str | None:
+        """qrouter/sasl.py first_use_refusal over this run's bindings (from core.py)."""
+        from qrouter.sasl import first_use_refusal
+
+        return first_use_refusal(self.core.config, self.bound_ids, conn, connector, claimed)
+
     def on_open(self, conn: Connection, fields: dict[str, Any], cost: int | None) -> None:
         """An inter-router OPEN (either end). `cost`: ours for a connector; None on a
         listener, where the connector's advertised cost is used (so both ends agree)."""
@@ -213,6 +228,7 @@ class Mesh:
             conn.close("amqp:invalid-field", "inter-router OPEN without qrouter-id")
             return
         if peer_id == self.router_id:
+            self.refused["identity"] += 1
             log.error(
                 "[C%d] duplicate router id %r: a peer uses our id; refused",
                 conn.conn_id,

@@ -195,3 +195,58 @@ def _claim_refusal(config: RouterConfig, names: set[str], claimed: object) -> st
         return None
     who = ", ".join(repr(name) for name in sorted(names))
     return f"{who} may act as router {' or '.join(map(repr, allowed))} only, not {claimed!r}"
+
+
+def peer_identity(conn: Any, connector: ConnectorConfig | None) -> str | None:
+    """Who the peer proved to be: on our listener its SASL identity, on our connector the
+    listener's certificate subject (None: anonymous, or a SCRAM listener without TLS)."""
+    if connector is None:
+        return str(conn.user) if conn.user else None
+    cert = peer_certificate(conn.transport)
+    return subject_name(cert) if cert is not None else None
+
+
+def first_use_refusal(
+    config: RouterConfig,
+    bound: dict[str, str],
+    conn: Any,
+    connector: ConnectorConfig | None,
+    claimed: object,
+) -> str | None:
+    """Trust on first use, where mesh_identities is no table: the first identity this router
+    sees with a router id owns it for the run (`bound`: router id -> identity); another
+    identity claiming it is a forgery. Several ids may share one identity (a mesh-wide SCRAM
+    user): the binding keeps an id to its identity, not an identity to one id. A table binds
+    more (every router knows every binding from the start), so it replaces this."""
+    if config.mesh_router_ids or not isinstance(claimed, str) or claimed == config.id:
+        return None  # our own id is refused by qrouter/inter_router.py Mesh.on_open
+    identity = peer_identity(conn, connector)
+    if identity is None:
+        return None
+    holder = bound.setdefault(claimed, identity)
+    if holder == identity:
+        return None
+    return (
+        f"{identity!r} may not act as router {claimed!r}: that id is bound to {holder!r} "
+        "(first use)"
+    )
+
+
+def binding_warning(config: RouterConfig) -> str | None:
+    """The start-up warning where router ids are bound only on first use and the mesh is
+    reachable beyond loopback (docs/security.md, "The mesh")."""
+    if config.mesh_router_ids:
+        return None
+    exposed = [
+        lc.host or "*"
+        for lc in config.listeners
+        if lc.role == "inter-router" and not is_loopback(lc.host)
+    ]
+    if not exposed:
+        return None
+    return (
+        f"inter-router listener on {exposed[0]} (not loopback) with mesh_identities "
+        f"{'as a list' if config.mesh_identities else 'unset'}: a router id is bound to the "
+        "identity that first claims it here, for this run only; give mesh_identities as a "
+        "table (identity = router id) to bind every id across the mesh"
+    )

@@ -199,6 +199,57 @@ def test_a_listener_claiming_another_router_id_is_refused_by_our_connector(
     assert "neighbour 'B' up" not in a.log_text()
 
 
+def test_with_mesh_identities_as_a_list_a_router_id_belongs_to_its_first_identity(
+    router: Any, certs: MeshCerts
+) -> None:
+    """mesh_identities as a list: B's certificate claims "B" first; once B is gone, C's
+    certificate (a mesh identity too) claiming "B" is refused and counted, where it would
+    otherwise have been taken for B restarting; the real B comes back."""
+    ids = ["A", "B", "C"]
+    inter = {
+        **_tls(certs, "A"),
+        "require_client_cert": True,
+        "sasl_mechanisms": ["EXTERNAL"],
+        "require_auth": True,
+        "external_user": "cn",
+    }
+    from tests.management.tooling import scrape, value
+
+    metrics = free_port()
+    a = _start(router, "A", inter=inter, mesh_identities=ids, metrics=f"{HOST}:{metrics}")
+    as_b = {"port": _inter_port(a), **_tls(certs, "B"), "sasl_mechanism": "EXTERNAL"}
+    b = _start(router, "B", connectors=[as_b], mesh_identities=ids)
+    wait_log(a, "neighbour 'B' up", timeout=15)
+    b.stop()
+    wait_log(a, "neighbour 'B' lost", timeout=15)
+    as_c = {"port": _inter_port(a), **_tls(certs, "C"), "sasl_mechanism": "EXTERNAL"}
+    forged = _start(router, "forged", connectors=[as_c], mesh_identities=ids, id="B")
+    wait_log(
+        a,
+        "inter-router connection refused: 'C' may not act as router 'B': that id is bound "
+        "to 'B' (first use)",
+        timeout=15,
+    )
+    wait_log(forged, "may not act as router 'B'", timeout=15)
+    assert value(scrape(metrics), "qrouter_mesh_refused_total", reason="identity") >= 1
+    assert a.log_text().count("neighbour 'B' up") == 1
+    forged.stop()
+    b = _start(router, "B-again", connectors=[as_b], mesh_identities=ids, id="B")
+    wait_log(b, "neighbour 'A' up", timeout=15)
+
+
+def test_a_peer_claiming_our_router_id_is_refused_and_counted(router: Any) -> None:
+    from tests.management.tooling import scrape, value
+
+    metrics = free_port()
+    a = router("A", cls=MeshRouter, extra_args=["--metrics", f"127.0.0.1:{metrics}"])
+    forged = router("forged", cls=MeshRouter, router_id="A", connect=[a.inter_port])
+    wait_log(a, "duplicate router id 'A': a peer uses our id; refused", timeout=15)
+    wait_log(forged, "duplicate router id 'A'", timeout=15)
+    assert value(scrape(metrics), "qrouter_mesh_refused_total", reason="identity") >= 1
+    assert "neighbour 'A' up" not in forged.log_text()
+
+
 def test_an_anonymous_router_is_refused_where_mesh_identities_are_set(router: Any) -> None:
     a = _start(router, "A", inter={}, mesh_identities=["B"])
     b = _start(router, "B", connectors=[{"port": _inter_port(a)}])

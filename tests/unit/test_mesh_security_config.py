@@ -177,3 +177,42 @@ def test_management_cannot_open_an_insecure_mesh_listener_off_loopback(certs: An
             "require_client_cert": True,
         }
     )
+
+
+def test_router_ids_bound_on_first_use_without_a_table() -> None:
+    from types import SimpleNamespace
+
+    from qrouter.sasl import first_use_refusal
+
+    cfg = load_config(id="A")
+    bound: dict[str, str] = {}
+
+    def claim(user: str | None, router_id: str) -> str | None:
+        conn = SimpleNamespace(user=user, transport=None)
+        return first_use_refusal(cfg, bound, conn, None, router_id)
+
+    assert claim("mesh-b", "B") is None
+    assert claim("mesh-b", "B") is None  # B reconnecting, or restarted
+    refusal = claim("mesh-c", "B")
+    assert refusal == "'mesh-c' may not act as router 'B': that id is bound to 'mesh-b' (first use)"
+    assert claim("mesh-b", "C") is None  # one identity shared by several routers (SCRAM)
+    assert claim(None, "D") is None and "D" not in bound  # anonymous: nothing to bind
+    assert claim("mesh-c", "A") is None and "A" not in bound  # our id: Mesh.on_open refuses it
+    assert bound == {"B": "mesh-b", "C": "mesh-b"}
+    cfg.mesh_router_ids = {"mesh-c": "B"}  # a table decides instead (mesh_refusal)
+    assert claim("mesh-c", "B") is None
+
+
+def test_first_use_binding_off_loopback_is_warned_about(write_config: WriteConfig) -> None:
+    from qrouter.sasl import binding_warning
+
+    insecure = {"inter_router_listen": "0.0.0.0:55672", "allow_insecure_mesh": True}
+    assert binding_warning(load_config(inter_router_listen="127.0.0.1:55672")) is None
+    warning = binding_warning(load_config(**insecure))
+    assert warning is not None
+    assert warning.startswith("inter-router listener on 0.0.0.0 (not loopback) with ")
+    assert "mesh_identities unset" in warning and "as a table" in warning
+    listed = load_config(write_config('mesh_identities = ["b"]\n'), **insecure)
+    assert "mesh_identities as a list" in str(binding_warning(listed))
+    table = load_config(write_config('mesh_identities = { b = "B" }\n'), **insecure)
+    assert binding_warning(table) is None
