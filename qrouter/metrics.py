@@ -213,12 +213,14 @@ class RouterCollector:
             "Inter-router claims refused: a peer that is not a mesh identity or claims "
             "another router id than its own, a second connection for a connected router id, "
             "a HELLO naming another id, a guaranteed-topic envelope or address update whose "
-            "origin is not behind its connection.",
+            "origin is not behind its connection, a neighbour's link state relayed by another "
+            "or one forged in this router's name.",
             labels=["reason"],
         )
         for reason, n in getattr(data_plane, "refused", {}).items():
             refused.add_metric([reason], n)
         refused.add_metric(["mau-origin"], getattr(mesh, "refused_origins", 0))
+        refused.add_metric(["ls-origin"], getattr(mesh, "refused_link_states", 0))
         yield refused
         management = getattr(core, "management", None)
         if management is not None:

@@ -40,6 +40,8 @@ from qrouter.mesh.mobile import MobileAddresses, Outcome
 from qrouter.mesh.path import Routes, compute_routes
 from qrouter.mesh.tables import ForwardingTables, Route
 
+_MAX_SEQ = 2**63 - 1  # the largest sequence number we send (an AMQP long, 1.6.9)
+
 
 class RoutingEngine:
     def __init__(
@@ -77,6 +79,7 @@ class RoutingEngine:
         self._duplicates: set[str] = set()
         self._behind: dict[int, frozenset[str]] = {}  # link -> routers behind it (cache)
         self.refused_origins = 0  # address updates whose origin is not behind their link
+        self.refused_link_states = 0  # a neighbour's link state not from it; forged own states
 
     # -- events from the data plane ----------------------------------------------------------
 
@@ -193,6 +196,8 @@ class RoutingEngine:
         assert not isinstance(msg, Hello)
         if msg.id == self.router_id:
             self._own_echo(msg)
+        elif isinstance(msg, LinkStateUpdate) and not self._from_its_origin(link_id, msg):
+            pass  # a neighbour's link state relayed by another: dropped and counted
         elif not self._admit(msg.id, msg.instance, now):
             if isinstance(msg, RouterAdvert) and self._ls.old_instance_advertising(
                 msg.id, msg.instance, msg.ra_seq
@@ -234,6 +239,28 @@ class RoutingEngine:
                         start.append(nxt)
             reach = self._behind[link_id] = frozenset(seen)
         return origin in reach
+
+    def _from_its_origin(self, link_id: int, update: LinkStateUpdate) -> bool:
+        """A neighbour's link state is taken only from its own connection, whose router id
+        the owner authenticated (qrouter/inter_router.py checks HELLO against OPEN); relayed
+        copies of it are redundant, as every router sends its state to each neighbour
+        itself. So a member cannot rewrite what the routers next to it say about their
+        links. (Routes also use a link only when both ends list it: path.py two_way_graph.)"""
+        if update.id not in self._adjacent or self._hello.peer_on(link_id) == update.id:
+            return True
+        record = self._ls.remote.get(update.id)
+        if record is not None and update.ls_seq <= record.ls_seq:
+            return False  # the flood coming round: nothing we lack, nothing to tell
+        self._refused_link_state(
+            f"link {link_id}: link state of neighbour {update.id!r} relayed by "
+            f"{self._hello.peer_on(link_id)!r}: dropped"
+        )
+        return False
+
+    def _refused_link_state(self, text: str) -> None:
+        self.refused_link_states += 1
+        if self.refused_link_states <= 10 or self.refused_link_states % 1000 == 0:
+            self._log("warning", f"{text} ({self.refused_link_states} so far)")
 
     def _on_advert(self, link_id: int, ra: RouterAdvert, now: float) -> None:
         record = self._ls.remote[ra.id]
@@ -290,7 +317,21 @@ class RoutingEngine:
     def _own_echo(self, msg: RouterAdvert | LinkStateUpdate | MobileUpdate) -> None:
         """A flooded message that names our id: our own copy, a leftover, or a duplicate."""
         if msg.instance == self.instance:
-            return  # our own message came back round a loop
+            own = self._ls.own
+            if isinstance(msg, LinkStateUpdate) and (
+                msg.ls_seq > own.ls_seq or (msg.ls_seq == own.ls_seq and dict(msg.ls) != own.peers)
+            ):
+                # Not ours: we never sent this sequence number (or not with these links). As
+                # OSPF does with a self-originated LSA newer than its own (RFC 2328 13.4),
+                # send our real state with a sequence number above the forged one.
+                self._refused_link_state(
+                    f"a link state in our name with seq {msg.ls_seq} (ours is {own.ls_seq}) "
+                    "that we did not send: forged; ours goes out above it"
+                )
+                if msg.ls_seq < _MAX_SEQ:  # a sequence number stays an AMQP long
+                    own.ls_seq = int(msg.ls_seq) + 1
+                    self._flood(self._ls.update_for(self.router_id))  # type: ignore[arg-type]
+            return  # otherwise our own message came back round a loop
         if msg.instance > self.instance or (
             isinstance(msg, RouterAdvert)
             and self._ls.old_instance_advertising(self.router_id, msg.instance, msg.ra_seq)

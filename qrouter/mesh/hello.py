@@ -122,6 +122,11 @@ class HelloProtocol:
                 best[link.claim_id] = Adjacency(link.link_id, link.cost, link.claim_instance)
         return best
 
+    def peer_on(self, link_id: int) -> str | None:
+        """The router id accepted on a link (None: nobody accepted there)."""
+        link = self._links.get(link_id)
+        return link.claim_id if link is not None and link.accepted_at is not None else None
+
     def refused_links(self) -> dict[int, str]:
         return {
             link.link_id: link.refusal

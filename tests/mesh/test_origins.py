@@ -4,7 +4,9 @@ link-state database, so equal-cost paths and flooding over every link are fine."
 
 from __future__ import annotations
 
-from qrouter.mesh.messages import MobileUpdate
+from typing import Any
+
+from qrouter.mesh.messages import LinkStateUpdate, MobileUpdate
 from tests.mesh.network import Network
 
 
@@ -79,3 +81,53 @@ def test_guaranteed_topic_envelopes_from_a_router_not_behind_are_dropped() -> No
     assert mesh.refused["eo-origin"] == 2  # C is not behind D; "junk" claims nobody
     assert mesh._from_behind(from_b, batch[:1]) == batch[:1]
     assert mesh.refused["eo-origin"] == 2
+
+
+def _forge(net: Network, victim: str, seq_ahead: int, peers: dict[str, int]) -> dict[str, Any]:
+    """`victim`'s link state as a member could forge it: its instance, a newer seq."""
+    engine = net.engine(victim)
+    seq = engine._ls.own.ls_seq + seq_ahead
+    return LinkStateUpdate(victim, engine.instance, seq, peers).to_wire()
+
+
+def test_a_link_only_one_end_advertises_is_not_used() -> None:
+    # A-B-E-C (C three hops away) and D hangs off A; D says it has a link to C: C does not
+    net = _net([("A", "B"), ("B", "E"), ("E", "C"), ("A", "D")])
+    a = net.engine("A")
+    claim = LinkStateUpdate("D", net.engine("D").instance, 50, {"A": 1, "C": 1}).to_wire()
+    a.receive(_link(net, "A", "D"), claim, net.now)
+    assert a.topology()["D"] == {"A": 1, "C": 1}  # held and flooded as said ...
+    assert a.next_hops()["C"] == "B" and a.costs()["C"] == 3  # ... but not routed over
+
+
+def test_a_neighbours_link_state_is_taken_only_from_its_own_connection() -> None:
+    # D, next to A and not to C, says for C that C's only link is to D (and for itself that
+    # it has one to C): if A believed it, A would reach its neighbour C through D
+    net = _net([("A", "C"), ("A", "D")])
+    a = net.engine("A")
+    real_c = a.topology()["C"]
+    from_d = _link(net, "A", "D")
+    a.receive(from_d, _forge(net, "C", 10, {"D": 1}), net.now)
+    a.receive(from_d, _forge(net, "D", 10, {"A": 1, "C": 1}), net.now)
+    assert a.topology()["C"] == real_c == {"A": 1}
+    assert a.next_hops()["C"] == "C"
+    assert a.refused_link_states == 1
+    assert any("link state of neighbour 'C' relayed by 'D'" in m for _l, m in net.dp("A").logs)
+    net.run(2)
+    assert net.engine("A").next_hops() == {"C": "C", "D": "D"}
+
+
+def test_a_router_answers_a_link_state_forged_in_its_name() -> None:
+    # the square A-B-C-D: D forges C's state (only a link to D) to A, which is not C's
+    # neighbour, and to C; C sends its real state above the forged seq, and A takes that
+    net = _net([("A", "B"), ("B", "C"), ("C", "D"), ("D", "A")])
+    a, c = net.engine("A"), net.engine("C")
+    forged = _forge(net, "C", 10, {"D": 1})
+    a.receive(_link(net, "A", "D"), forged, net.now)
+    assert a.topology()["C"] == {"D": 1}  # A cannot tell: it is not C's neighbour
+    c.receive(_link(net, "C", "D"), forged, net.now)
+    assert c.refused_link_states == 1
+    assert c._ls.own.ls_seq == forged["ls_seq"] + 1
+    net.run(1)
+    assert a.topology()["C"] == {"B": 1, "D": 1}
+    assert a.next_hops()["C"] == "B"  # equal costs: the lower id
