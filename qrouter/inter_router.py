@@ -126,7 +126,7 @@ class Mesh:
             "identity": 0,
         }
         # router id -> the identity that first claimed it (mesh_identities not a table)
-        self.bound_ids: dict[str, str] = {}
+        self.bound_ids: dict[str, tuple[str, frozenset[str]]] = {}
         from qrouter.sasl import binding_warning
 
         warning = binding_warning(core.config)

@@ -197,39 +197,40 @@ def _claim_refusal(config: RouterConfig, names: set[str], claimed: object) -> st
     return f"{who} may act as router {' or '.join(map(repr, allowed))} only, not {claimed!r}"
 
 
-def peer_identity(conn: Any, connector: ConnectorConfig | None) -> str | None:
-    """Who the peer proved to be: on our listener its SASL identity, on our connector the
-    listener's certificate subject (None: anonymous, or a SCRAM listener without TLS)."""
-    if connector is None:
-        return str(conn.user) if conn.user else None
+def peer_identity(conn: Any, connector: ConnectorConfig | None) -> tuple[str, frozenset[str]]:
+    """Who the peer proved to be, as (the name to log, the names that identify it). Its
+    certificate when it showed one (subject and CN: the names mesh_identities may use, and the
+    same whichever end connected); else on our listener its SASL identity. ("", empty): it
+    proved nothing (anonymous, or a SCRAM listener seen from our connector without TLS)."""
     cert = peer_certificate(conn.transport)
-    return subject_name(cert) if cert is not None else None
+    user = str(conn.user) if connector is None and conn.user else ""
+    if cert is not None:
+        names = frozenset(n for n in (subject_name(cert), common_name(cert)) if n)
+        return (user if user in names else subject_name(cert)), names
+    return user, frozenset((user,) if user else ())
 
 
 def first_use_refusal(
     config: RouterConfig,
-    bound: dict[str, str],
+    bound: dict[str, tuple[str, frozenset[str]]],
     conn: Any,
     connector: ConnectorConfig | None,
     claimed: object,
 ) -> str | None:
     """Trust on first use, where mesh_identities is no table: the first identity this router
-    sees with a router id owns it for the run (`bound`: router id -> identity); another
+    sees with a router id owns it for the run (`bound`: router id -> that identity); another
     identity claiming it is a forgery. Several ids may share one identity (a mesh-wide SCRAM
     user): the binding keeps an id to its identity, not an identity to one id. A table binds
     more (every router knows every binding from the start), so it replaces this."""
     if config.mesh_router_ids or not isinstance(claimed, str) or claimed == config.id:
         return None  # our own id is refused by qrouter/inter_router.py Mesh.on_open
-    identity = peer_identity(conn, connector)
-    if identity is None:
+    who, names = peer_identity(conn, connector)
+    if not names:
         return None
-    holder = bound.setdefault(claimed, identity)
-    if holder == identity:
+    holder, held = bound.setdefault(claimed, (who, names))
+    if held & names:
         return None
-    return (
-        f"{identity!r} may not act as router {claimed!r}: that id is bound to {holder!r} "
-        "(first use)"
-    )
+    return f"{who!r} may not act as router {claimed!r}: that id is bound to {holder!r} (first use)"
 
 
 def binding_warning(config: RouterConfig) -> str | None:

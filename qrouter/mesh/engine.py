@@ -246,8 +246,11 @@ class RoutingEngine:
         copies of it are redundant, as every router sends its state to each neighbour
         itself. So a member cannot rewrite what the routers next to it say about their
         links. (Routes also use a link only when both ends list it: path.py two_way_graph.)"""
-        if update.id not in self._adjacent or self._hello.peer_on(link_id) == update.id:
+        adjacency = self._adjacent.get(update.id)
+        if adjacency is None or self._hello.peer_on(link_id) == update.id:
             return True
+        if update.instance != adjacency.instance:
+            return True  # another process with that id: a restart or a duplicate (_admit)
         record = self._ls.remote.get(update.id)
         if record is not None and update.ls_seq <= record.ls_seq:
             return False  # the flood coming round: nothing we lack, nothing to tell

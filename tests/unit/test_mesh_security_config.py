@@ -185,7 +185,7 @@ def test_router_ids_bound_on_first_use_without_a_table() -> None:
     from qrouter.sasl import first_use_refusal
 
     cfg = load_config(id="A")
-    bound: dict[str, str] = {}
+    bound: dict[str, tuple[str, frozenset[str]]] = {}
 
     def claim(user: str | None, router_id: str) -> str | None:
         conn = SimpleNamespace(user=user, transport=None)
@@ -198,7 +198,7 @@ def test_router_ids_bound_on_first_use_without_a_table() -> None:
     assert claim("mesh-b", "C") is None  # one identity shared by several routers (SCRAM)
     assert claim(None, "D") is None and "D" not in bound  # anonymous: nothing to bind
     assert claim("mesh-c", "A") is None and "A" not in bound  # our id: Mesh.on_open refuses it
-    assert bound == {"B": "mesh-b", "C": "mesh-b"}
+    assert {rid: who for rid, (who, _names) in bound.items()} == {"B": "mesh-b", "C": "mesh-b"}
     cfg.mesh_router_ids = {"mesh-c": "B"}  # a table decides instead (mesh_refusal)
     assert claim("mesh-c", "B") is None
 
@@ -216,3 +216,31 @@ def test_first_use_binding_off_loopback_is_warned_about(write_config: WriteConfi
     assert "mesh_identities as a list" in str(binding_warning(listed))
     table = load_config(write_config('mesh_identities = { b = "B" }\n'), **insecure)
     assert binding_warning(table) is None
+
+
+def test_first_use_knows_a_router_by_its_certificate_whichever_end_connected() -> None:
+    from types import SimpleNamespace
+
+    from qrouter.config import ConnectorConfig
+    from qrouter.sasl import first_use_refusal
+
+    def tls(cn: str) -> SimpleNamespace:
+        cert = {"subject": ((("organizationName", "acme"),), (("commonName", cn),))}
+        return SimpleNamespace(get_extra_info=lambda name: cert if name == "peercert" else None)
+
+    cfg = load_config(id="A")
+    bound: dict[str, tuple[str, frozenset[str]]] = {}
+    # B connected to our listener (EXTERNAL, user = CN); later our connector reaches B's
+    # listener, which shows the same certificate: its subject is the same identity
+    assert (
+        first_use_refusal(cfg, bound, SimpleNamespace(user="B", transport=tls("B")), None, "B")
+        is None
+    )
+    to_b = SimpleNamespace(user=None, transport=tls("B"))
+    assert first_use_refusal(cfg, bound, to_b, ConnectorConfig(), "B") is None
+    to_c = SimpleNamespace(user=None, transport=tls("C"))
+    refusal = first_use_refusal(cfg, bound, to_c, ConnectorConfig(), "B")
+    assert refusal == "'CN=C,O=acme' may not act as router 'B': that id is bound to 'B' (first use)"
+    # a SCRAM user shared by the mesh does not make two certificates one identity
+    shared = SimpleNamespace(user="mesh", transport=tls("C"))
+    assert first_use_refusal(cfg, bound, shared, None, "B") is not None
