@@ -40,7 +40,7 @@ from qrouter.mesh.mobile import MobileAddresses, Outcome
 from qrouter.mesh.path import Routes, compute_routes
 from qrouter.mesh.tables import ForwardingTables, Route
 
-_MAX_SEQ = 2**63 - 1  # the largest sequence number we send (an AMQP long, 1.6.9)
+_MAX_SEQ = 2**62  # above it we do not outbid a forged sequence number (ours stays an AMQP long)
 
 
 class RoutingEngine:
@@ -327,11 +327,13 @@ class RoutingEngine:
                 # Not ours: we never sent this sequence number (or not with these links). As
                 # OSPF does with a self-originated LSA newer than its own (RFC 2328 13.4),
                 # send our real state with a sequence number above the forged one.
+                outbid = msg.ls_seq < _MAX_SEQ  # else counted only: ours must not near 2**63
                 self._refused_link_state(
                     f"a link state in our name with seq {msg.ls_seq} (ours is {own.ls_seq}) "
-                    "that we did not send: forged; ours goes out above it"
+                    "that we did not send: forged; "
+                    + ("ours goes out above it" if outbid else "too high to outbid")
                 )
-                if msg.ls_seq < _MAX_SEQ:  # a sequence number stays an AMQP long
+                if outbid:
                     own.ls_seq = int(msg.ls_seq) + 1
                     self._flood(self._ls.update_for(self.router_id))  # type: ignore[arg-type]
             return  # otherwise our own message came back round a loop

@@ -131,3 +131,8 @@ def test_a_router_answers_a_link_state_forged_in_its_name() -> None:
     net.run(1)
     assert a.topology()["C"] == {"B": 1, "D": 1}
     assert a.next_hops()["C"] == "B"  # equal costs: the lower id
+    # a forged sequence number near the end of an AMQP long is counted, not outbid (ours
+    # would overflow a few changes later)
+    seq = c._ls.own.ls_seq
+    c.receive(_link(net, "C", "D"), _forge(net, "C", 2**62, {"D": 1}), net.now)
+    assert c.refused_link_states == 2 and c._ls.own.ls_seq == seq
