@@ -210,6 +210,11 @@ def peer_identity(conn: Any, connector: ConnectorConfig | None) -> tuple[str, fr
     return user, frozenset((user,) if user else ())
 
 
+MAX_BOUND_IDS = 4096
+"""Router ids bound on first use, at most (qrouter's and Dispatch's meshes are tens to a few
+hundred routers)."""
+
+
 def first_use_refusal(
     config: RouterConfig,
     bound: dict[str, tuple[str, frozenset[str]]],
@@ -227,6 +232,9 @@ def first_use_refusal(
     who, names = peer_identity(conn, connector)
     if not names:
         return None
+    if claimed not in bound and len(bound) >= MAX_BOUND_IDS:
+        # a member inventing ids must not grow this without end; no real mesh comes near it
+        return f"{who!r} may not act as router {claimed!r}: {MAX_BOUND_IDS} router ids bound"
     holder, held = bound.setdefault(claimed, (who, names))
     if held & names:
         return None

@@ -203,6 +203,24 @@ def test_router_ids_bound_on_first_use_without_a_table() -> None:
     assert claim("mesh-c", "B") is None
 
 
+def test_first_use_bindings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import qrouter.sasl
+    from qrouter.sasl import first_use_refusal
+
+    monkeypatch.setattr(qrouter.sasl, "MAX_BOUND_IDS", 3)
+    cfg = load_config(id="A")
+    bound: dict[str, tuple[str, frozenset[str]]] = {}
+    conn = SimpleNamespace(user="member", transport=None)
+    for rid in "BCD":
+        assert first_use_refusal(cfg, bound, conn, None, rid) is None
+    refusal = first_use_refusal(cfg, bound, conn, None, "E")
+    assert refusal == "'member' may not act as router 'E': 3 router ids bound"
+    assert len(bound) == 3
+    assert first_use_refusal(cfg, bound, conn, None, "B") is None  # a bound id still works
+
+
 def test_first_use_binding_off_loopback_is_warned_about(write_config: WriteConfig) -> None:
     from qrouter.sasl import binding_warning
 
