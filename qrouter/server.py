@@ -10,6 +10,7 @@ import signal
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from qrouter import gc_tuning
 from qrouter._fast.engine import Connection
 from qrouter.busy_poll import BusyPoll
 from qrouter.config import ConfigError, ConnectorConfig, ListenerConfig, RouterConfig
@@ -451,6 +452,7 @@ async def serve(config: RouterConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stopping.set)
     log.info("router %s ready", config.id)
+    gc_tuning.tune()
     await server.stopping.wait()
     log.info("shutting down")
     await server.stop()
