@@ -36,7 +36,8 @@ cdef enum:
 
 cdef int EO_VERSION = 1  # messages.EO_VERSION (checked in _bind)
 
-cdef object _check = None  # messages.check
+cdef object _check = None  # messages.check (bound: _bind done)
+cdef dict _FIELDS = None  # messages.FIELDS: op -> ((field, type), ...)
 cdef object _ProtocolError = None  # messages.ProtocolError
 cdef object _SubState = None  # records.SubState (decoded records hold its members)
 cdef object _blake2b = None
@@ -46,7 +47,7 @@ cdef int _TAG_SIZE = 32
 
 
 cdef _bind():
-    global _check, _ProtocolError, _SubState, _blake2b, _TAG_KEY, _TAG_PERSON, _TAG_SIZE
+    global _check, _FIELDS, _ProtocolError, _SubState, _blake2b, _TAG_KEY, _TAG_PERSON, _TAG_SIZE
     if _check is not None:
         return
     import hashlib
@@ -61,7 +62,26 @@ cdef _bind():
     _TAG_KEY = tags.TAG_KEY
     _TAG_PERSON = tags._PERSON
     _TAG_SIZE = tags.TAG_SIZE
+    _FIELDS = {op: tuple(fields.items()) for op, fields in messages.FIELDS.items()}
     _check = messages.check
+
+
+cdef dict _check_msg(msg):
+    """messages.check, compiled: validate `msg`; raise ProtocolError with the reason."""
+    if not isinstance(msg, dict):
+        raise _ProtocolError("not a map")
+    cdef dict m = <dict>msg
+    op = m.get("op")
+    fields = _FIELDS.get(op)
+    if fields is None:
+        raise _ProtocolError(f"unknown op {op!r}")
+    if m.get("v") != EO_VERSION:
+        raise _ProtocolError(f"{op}: version {m.get('v')!r}, expected {EO_VERSION}")
+    for name, kind in <tuple>fields:
+        value = m.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise _ProtocolError(f"{op}: field {name!r} missing or not {kind.__name__}")
+    return m
 
 
 # -- encoding helpers --------------------------------------------------------------------------
@@ -577,7 +597,7 @@ cdef class EoCore:
             self._c_log("warning", f"message for topic {message.get('topic')!r} dropped")
         else:
             try:
-                self._c_handle(peer, _check(message))
+                self._c_handle(peer, _check_msg(message))
             except (_ProtocolError, ValueError, TypeError) as exc:
                 self._c_log("warning", f"bad message from {peer} dropped: {exc}")
         self._c_flush()
@@ -722,11 +742,17 @@ cdef class EoCore:
         cdef bint no_body = rec.body is None
         cdef tuple att
         cdef list targets
-        view = self._view
+        # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
+        cdef dict by_sub = self._view._by_sub
+        cdef dict claims = self._view.claims
+        cdef set sub_atts
         for sub, state in rec.subs.items():
             if state == S_SEEN:
                 continue
-            for claim in view.claims_of(sub):
+            sub_atts = by_sub.get(sub)
+            if not sub_atts:
+                continue
+            for claim in [claims[a] for a in sorted(sub_atts)]:
                 att = claim.att
                 if settled:
                     if att not in rec.settle_sent:
