@@ -127,7 +127,7 @@ cdef tuple _layout(tuple subs):
     return out
 
 
-STATE_V2 = b"\x02"
+STATE_V2 = b"\x02"  # the origin record encoding (see qrouter/eo/records.py)
 cdef bytes _V2_OPEN = b"\x02\x00"
 cdef bytes _V2_SETTLED = b"\x02\x01"
 cdef tuple _STATE_BYTE = (b"\x00", b"\x01", b"\x02")
@@ -531,7 +531,7 @@ cdef class EoCore:
         cdef bytes out_tag = _outgoing_tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
-            subs = dict.fromkeys(self._view.subscribers(), S_PENDING)
+            subs = dict.fromkeys(sorted(self._view.known), S_PENDING)  # view.subscribers()
             rec = OriginRecord(out_tag, pub, bytes(tag), bytes(body), subs)
             self._origins[out_tag] = rec
             owed = link.owed.pop(tag, None)

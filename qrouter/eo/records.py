@@ -62,14 +62,14 @@ class LocalState(IntEnum):
 #   settled tombstone; drivers: routers that forwarded it (where ACCEPT goes); subs:
 #   AttId -> LocalState; settled_epoch: the barrier epoch when the settlement arrived;
 #   settled_by: routers that want SEEN. `placeholder`, all_accepted(), all_seen().
+#
+# STATE_V2, the origin record state, version 2: 0x02, settled (1 byte), publisher container
+# and link, the original tag, the subscriber count (u32), then per subscriber (in sorted
+# order) its container, link and state (1 byte). Strings are UTF-8 and every variable field
+# has a u32 big-endian length prefix. Version 1 (JSON, first byte ``{``) is still read.
+from qrouter._fast.eo_core import STATE_V2 as STATE_V2  # noqa: E402 (re-exported)
 from qrouter._fast.eo_core import LocalRecord as LocalRecord  # noqa: E402 (re-exported)
 from qrouter._fast.eo_core import OriginRecord as OriginRecord  # noqa: E402 (re-exported)
-
-STATE_V2 = b"\x02"
-"""Origin record state, version 2: 0x02, settled (1 byte), publisher container and link, the
-original tag, the subscriber count (u32), then per subscriber (in sorted order) its container,
-link and state (1 byte). Strings are UTF-8 and every variable field has a u32 big-endian
-length prefix. Version 1 (JSON, first byte ``{``) is still read."""
 
 
 def encode_sub(sub: Sub) -> bytes:
