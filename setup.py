@@ -42,7 +42,7 @@ extensions = [
         extra_link_args=fuzz_flags,
         define_macros=macros,
     )
-    for name in ("codec", "engine")
+    for name in ("codec", "engine", "eo_core")
 ]
 
 setup(

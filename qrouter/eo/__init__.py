@@ -1,5 +1,5 @@
 """Exactly-once (and at-least-once) publish/subscribe across the mesh (DESIGN §7,
-docs/exactly-once.md): pure Python, no I/O.
+docs/exactly-once.md): no I/O; the per-message half is compiled (qrouter/_fast/eo_core.pyx).
 
 `TopicRouter` is one router's state machine for one guaranteed topic; it talks to the router
 only through a `Port` (outputs) and a `RecordStore` (durable records). tests/eo/sim.py runs

@@ -36,15 +36,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from qrouter._fast.eo_core import EoCore
+from qrouter._fast.eo_core import LocalSub as _LocalSub
+from qrouter._fast.eo_core import PubLink as _PubLink
 from qrouter.eo.messages import (
     ProtocolError,
     Wire,
     att_of,
     att_wire,
-    check,
     make,
     map_of,
     map_wire,
@@ -68,7 +69,6 @@ from qrouter.eo.records import (
     sub_list,
 )
 from qrouter.eo.store import MemoryRecordStore, RecordStore
-from qrouter.eo.tags import outgoing_tag
 from qrouter.eo.view import Claim, SubscriberView, newer
 
 EXACTLY_ONCE = "exactly-once"
@@ -81,32 +81,17 @@ UNSAFE = frozenset({"accept-early", "drop-on-settle"})
 MAX_CLOCK_AHEAD_MS = 60_000
 """A stamp heard this far ahead of our clock is not followed (attach_stamp)."""
 
-_HAS_IT = (LocalState.HELD, LocalState.DELIVERED, LocalState.ACCEPTED)
+# _PubLink (a publisher link attached here: attach_map, awaiting, owed) and _LocalSub (a
+# subscriber attachment here: att, sub, attach_map, queue, resumable, stamp) are compiled with
+# the per-message half of the state machine, EoCore (qrouter/_fast/eo_core.pyx, whose
+# comments say what each field holds).
 
 
-@dataclass(slots=True)
-class _PubLink:
-    attach_map: dict[bytes, bool]  # tag -> accepted, as the publisher reported on attach
-    # tags of the attach map we asked the publisher to resend and it has not yet: bounded by
-    # the map, not by everything the link ever sent (issue 15 c); "live" to an ASK (they
-    # will be driven here), while a tag of the map we had a record of is answered from the
-    # record, or "settled" once it is gone (issue 15 f)
-    awaiting: set[bytes]
-    # tag -> subscribers an ex-driver owed it to (ASK `owed`), for the record its resend makes
-    owed: dict[bytes, dict[Sub, SubState]] = field(default_factory=dict)
+class TopicRouter(EoCore):
+    """One router's state machine for one guaranteed topic. The per-message inputs
+    (publisher_transfer, publisher_settled, subscriber_accepted, subscriber_settled, receive)
+    and what they drive are EoCore's; the rest is here."""
 
-
-@dataclass(slots=True)
-class _LocalSub:
-    att: AttId
-    sub: Sub
-    attach_map: dict[bytes, bool]  # out tag -> accepted, as reported on attach
-    queue: deque[bytes]  # out tags to deliver, in order; a HELD head blocks the rest
-    resumable: bool = True  # False: the client cannot resume (e.g. proton), see _on_settle
-    stamp: int = 0  # attach_stamp() when it attached: the order of attachments (view.py)
-
-
-class TopicRouter:
     def __init__(
         self,
         router_id: str,
@@ -211,43 +196,6 @@ class TopicRouter:
                 self._check_accept(rec)
         self._flush()
 
-    def publisher_transfer(self, pub: Pub, tag: bytes, body: bytes, now: float) -> None:
-        self._now = now
-        link = self._pubs.get(pub)
-        if link is None:
-            self._log("warning", f"transfer from {pub} which is not attached, dropped")
-            self._flush()
-            return
-        link.awaiting.discard(tag)
-        out_tag = self._tag(pub, tag)
-        rec = self._origins.get(out_tag)
-        if rec is None:
-            subs = {sub: SubState.PENDING for sub in self._view.subscribers()}
-            rec = OriginRecord(out_tag, pub, bytes(tag), bytes(body), subs)
-            self._origins[out_tag] = rec
-            self._merge_owed(rec, link.owed.pop(tag, {}))
-            self._save_origin(rec, body=True)
-        elif rec.settled:
-            self._log("warning", f"{pub} reused settled tag {tag!r}: ignored")
-            self._flush()
-            return
-        else:
-            if pub in self._pub_resend:  # resent within the window: not abandoned
-                self._resent.setdefault(pub, set()).add(bytes(tag))
-            if rec.body is None:
-                rec.body = bytes(body)  # the resend of a record recovered without its body
-                self._save_origin(rec, body=True)
-        self._drive(rec)
-        self._check_accept(rec)
-        self._flush()
-
-    def publisher_settled(self, pub: Pub, tag: bytes, now: float) -> None:
-        self._now = now
-        rec = self._origins.get(self._tag(pub, tag))
-        if rec is not None and not rec.settled:
-            self._settle_origin(rec)
-        self._flush()
-
     def publisher_detached(self, pub: Pub, closed: bool, now: float) -> None:
         self._now = now
         waiting = self._pub_resend.pop(pub, None)  # _pub_gone's clock takes over from it
@@ -341,29 +289,6 @@ class TopicRouter:
         self._flush()
         return att
 
-    def subscriber_accepted(self, att: AttId, out_tag: bytes, now: float) -> None:
-        self._now = now
-        rec = self._locals.get(out_tag)
-        if rec is not None and att in self._subs:
-            state = rec.subs.get(att)
-            if state == LocalState.DELIVERED:
-                rec.subs[att] = LocalState.ACCEPTED
-            if rec.subs.get(att) == LocalState.ACCEPTED:
-                self._check_local_accept(rec)
-        self._flush()
-
-    def subscriber_settled(self, att: AttId, out_tag: bytes, now: float) -> None:
-        """The subscriber settled `out_tag` after we did: it has seen the settlement."""
-        self._now = now
-        rec = self._locals.get(out_tag)
-        ls = self._subs.get(att)
-        if rec is not None and ls is not None and rec.subs.get(att) == LocalState.SETTLING:
-            rec.subs[att] = LocalState.SEEN
-            for router in sorted(rec.settled_by):
-                self._to_router(router, make("SEEN", self.topic, t=out_tag, subs=[list(ls.sub)]))
-            self._maybe_drop_local(rec)
-        self._flush()
-
     def subscriber_detached(self, att: AttId, closed: bool, now: float) -> None:
         self._now = now
         ls = self._subs.pop(att, None)
@@ -443,19 +368,6 @@ class TopicRouter:
             rec.settle_sent = {a for a in rec.settle_sent if a[0] != peer}
         self._epoch += 1
         self._barrier[peer] = self._epoch
-        self._flush()
-
-    def receive(self, peer: str, message: Wire, now: float) -> None:
-        self._now = now
-        if peer not in self._up:
-            self._log("debug", f"message from {peer} whose channel is not up, dropped")
-        elif message.get("topic") != self.topic:
-            self._log("warning", f"message for topic {message.get('topic')!r} dropped")
-        else:
-            try:
-                self._handle(peer, check(message))
-            except (ProtocolError, ValueError, TypeError) as exc:
-                self._log("warning", f"bad message from {peer} dropped: {exc}")
         self._flush()
 
     def tick(self, now: float) -> None:
@@ -546,91 +458,6 @@ class TopicRouter:
         return sorted(self._lacking & self._up)
 
     # -- the driver side ---------------------------------------------------------------------
-
-    def _drive(self, rec: OriginRecord) -> None:
-        """Send each subscriber's attachments what they still need from this record."""
-        driving = rec.publisher in self._pubs
-        fwd: dict[str, list[AttId]] = {}
-        fill: set[str] = set()
-        settle: dict[str, list[AttId]] = {}
-        for sub, state in rec.subs.items():
-            if state == SubState.SEEN:
-                continue
-            for claim in self._view.claims_of(sub):
-                att = claim.att
-                if rec.settled:
-                    if att not in rec.settle_sent:
-                        rec.settle_sent.add(att)
-                        settle.setdefault(att[0], []).append(att)
-                elif state != SubState.PENDING or rec.body is None:
-                    continue  # (no body: recovered without it, the publisher resends it)
-                elif driving:
-                    if att not in rec.forwarded:
-                        rec.forwarded.add(att)
-                        fwd.setdefault(att[0], []).append(att)
-                elif claim.unsettled.get(rec.out_tag) is False and att not in rec.filled:
-                    rec.filled.add(att)  # a placeholder to fill: safe from anyone (rule 1)
-                    fill.add(att[0])
-        for router in sorted(fwd.keys() | fill):
-            targets = [att_wire(a) for a in fwd.get(router, [])]
-            msg = make(
-                "FWD",
-                self.topic,
-                t=rec.out_tag,
-                pub=list(rec.publisher),
-                tag=rec.tag,
-                body=rec.body,
-                targets=targets,
-            )
-            self._to_router(router, msg)
-        for router, atts in sorted(settle.items()):
-            targets = [att_wire(a) for a in atts]
-            self._to_router(router, make("SETTLE", self.topic, t=rec.out_tag, targets=targets))
-
-    def _check_accept(self, rec: OriginRecord) -> None:
-        if rec.settled or rec.accepted_sent or rec.publisher not in self._pubs:
-            return
-        if "accept-early" in self.unsafe:
-            local = {ls.sub for ls in self._subs.values()}
-            if any(s == SubState.PENDING for sub, s in rec.subs.items() if sub in local):
-                return
-        elif any(
-            st == SubState.PENDING and sub not in self._view.closed for sub, st in rec.subs.items()
-        ):
-            return  # (closed here: only an ex-driver's hand-over puts one in, see _merge_owed)
-        rec.accepted_sent = True
-        self._emit("accept_publisher", rec.publisher, rec.tag)
-
-    def _settle_origin(self, rec: OriginRecord) -> None:
-        rec.settled = True
-        if not self.eo:
-            self._delete_origin(rec)  # subscribers settled on accept: nothing to relay
-            return
-        self._save_origin(rec)
-        rec.settle_sent.clear()
-        self._drive(rec)
-        if "drop-on-settle" in self.unsafe:
-            self._delete_origin(rec)
-        else:
-            self._maybe_drop_origin(rec)
-
-    def _maybe_drop_origin(self, rec: OriginRecord) -> None:
-        done = rec.done() or (
-            rec.settled
-            and all(s == SubState.SEEN or self._long_closed(sub) for sub, s in rec.subs.items())
-        )
-        if done and self._origins.get(rec.out_tag) is rec:
-            self._delete_origin(rec)
-
-    def _long_closed(self, sub: Sub) -> bool:
-        """A subscriber an ex-driver handed over (_merge_owed) though closed here: owed
-        nothing more once it stayed closed for the terminus timeout (until then, the claim
-        that re-opens it may be on its way, and the record waits for it, as for one in
-        limbo)."""
-        if sub not in self._view.closed:
-            return False
-        since = self._closed_since.get(sub)
-        return since is None or self._now - since > self.terminus_timeout
 
     def _ask(self) -> None:
         orphans: dict[Pub, list[bytes]] = {}
@@ -733,64 +560,13 @@ class TopicRouter:
                 self._check_accept(rec)
                 self._maybe_drop_origin(rec)
 
-    # -- the subscriber side -----------------------------------------------------------------
-
-    def _pump(self, ls: _LocalSub) -> None:
-        """Deliver the attachment's queue in order, up to the first unfilled placeholder."""
-        while ls.queue:
-            out_tag = ls.queue[0]
-            rec = self._locals.get(out_tag)
-            state = rec.subs.get(ls.att) if rec is not None else None
-            if state == LocalState.HELD:
-                return
-            ls.queue.popleft()
-            if rec is not None and rec.body is not None and state == LocalState.QUEUED:
-                rec.subs[ls.att] = LocalState.DELIVERED
-                resume = out_tag in ls.attach_map
-                self._emit("deliver", ls.att, out_tag, rec.body, resume)
-
-    def _check_local_accept(self, rec: LocalRecord) -> None:
-        """Accept upstream once every local subscriber of the delivery has accepted."""
-        if rec.settled or not rec.drivers or not rec.all_accepted():
-            return
-        subs = sub_list({self._subs[att].sub for att in rec.subs})
-        for router in sorted(rec.drivers):
-            self._to_router(router, make("ACCEPT", self.topic, t=rec.out_tag, subs=subs))
-        if not self.eo:
-            self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
-
-    def _maybe_drop_local(self, rec: LocalRecord) -> None:
-        if self._locals.get(rec.out_tag) is not rec:
-            return
-        if rec.settled:
-            if "drop-on-settle" in self.unsafe or (
-                rec.all_seen() and self._barrier_passed(rec.settled_epoch)
-            ):
-                del self._locals[rec.out_tag]
-        elif not rec.subs:
-            del self._locals[rec.out_tag]
-
-    def _barrier_passed(self, epoch: int) -> bool:
-        barrier = self._barrier
-        lacking = self._lacking
-        for p in self._up:  # peers not up, or lacking the guarantee, are not waited for
-            if p not in lacking and barrier.get(p, 0) <= epoch:
-                return False
-        return True
-
     # -- inter-router messages ---------------------------------------------------------------
 
-    def _handle(self, sender: str, msg: Wire) -> None:
+    def _handle_other(self, sender: str, msg: Wire) -> None:
+        """The messages that are not per delivery (EoCore._handle dispatches FWD, ACCEPT,
+        SETTLE, SEEN, PING and PONG itself)."""
         op = msg["op"]
-        if op == "FWD":
-            self._on_fwd(sender, msg)
-        elif op == "ACCEPT":
-            self._on_accept(msg)
-        elif op == "SETTLE":
-            self._on_settle(sender, msg)
-        elif op == "SEEN":
-            self._on_seen(msg)
-        elif op == "SUB":
+        if op == "SUB":
             claim = Claim(att_of(msg["att"]), sub_of(msg["sub"]), map_of(msg["map"]))
             claim.stamp = stamp_of(msg.get("at"))
             self._claim_added(claim)
@@ -806,10 +582,6 @@ class TopicRouter:
             self._on_ask(sender, msg)
         elif op == "ANSWER":
             self._on_answer(msg)
-        elif op == "PING":
-            self._to_router(sender, make("PONG", self.topic, e=msg["e"]))
-        elif op == "PONG":
-            self._barrier[sender] = max(self._barrier.get(sender, 0), msg["e"])
         elif op == "LACKING":
             self._on_lacking(sender)
 
@@ -869,86 +641,6 @@ class TopicRouter:
         for claim in claims:
             self._claim_added(claim)
 
-    def _on_fwd(self, sender: str, msg: Wire) -> None:
-        out_tag: bytes = msg["t"]
-        rec = self._locals.get(out_tag)
-        if rec is not None and rec.settled:
-            return  # a tombstone: whatever this FWD was for is over
-        live = [att for att in map(att_of, msg["targets"]) if att in self._subs]
-        if rec is None:
-            if not live:
-                return
-            rec = self._locals[out_tag] = LocalRecord(out_tag)
-        if rec.body is None:
-            rec.body, rec.publisher, rec.tag = msg["body"], sub_of(msg["pub"]), msg["tag"]
-        rec.drivers.add(sender)
-        touched = set()
-        for att, state in rec.subs.items():
-            if state == LocalState.HELD:
-                rec.subs[att] = LocalState.QUEUED
-                touched.add(att)
-        for att in live:
-            if att not in rec.subs:
-                rec.subs[att] = LocalState.QUEUED
-                self._subs[att].queue.append(out_tag)
-                touched.add(att)
-        for att in sorted(touched):
-            self._pump(self._subs[att])
-        self._check_local_accept(rec)
-
-    def _on_accept(self, msg: Wire) -> None:
-        rec = self._origins.get(msg["t"])
-        if rec is None or rec.settled:
-            return
-        changed = False
-        for raw in msg["subs"]:
-            sub = sub_of(raw)
-            if rec.subs.get(sub) == SubState.PENDING:
-                rec.subs[sub] = SubState.ACCEPTED
-                changed = True
-        if changed:
-            self._save_origin(rec)
-            self._check_accept(rec)
-
-    def _on_settle(self, sender: str, msg: Wire) -> None:
-        out_tag: bytes = msg["t"]
-        rec = self._locals.get(out_tag)
-        if rec is None:
-            rec = self._locals[out_tag] = LocalRecord(out_tag)
-        if not rec.settled:
-            rec.settled = True
-            rec.settled_epoch = self._epoch
-            rec.body = None
-        rec.settled_by.add(sender)
-        for att, state in list(rec.subs.items()):
-            ls = self._subs[att]
-            if state in _HAS_IT or (state == LocalState.QUEUED and out_tag in ls.attach_map):
-                rec.subs[att] = LocalState.SETTLING if ls.resumable else LocalState.SEEN
-                self._emit("settle_subscriber", att, out_tag)
-            elif state == LocalState.QUEUED:
-                rec.subs[att] = LocalState.SEEN  # never sent: nothing to see
-        seen = set()
-        for att in map(att_of, msg["targets"]):
-            if att in self._subs and rec.subs.get(att, LocalState.SEEN) == LocalState.SEEN:
-                seen.add(self._subs[att].sub)
-        if seen:
-            self._to_router(sender, make("SEEN", self.topic, t=out_tag, subs=sub_list(seen)))
-        self._maybe_drop_local(rec)
-
-    def _on_seen(self, msg: Wire) -> None:
-        rec = self._origins.get(msg["t"])
-        if rec is None or not rec.settled:
-            return
-        changed = False
-        for raw in msg["subs"]:
-            sub = sub_of(raw)
-            if sub in rec.subs and rec.subs[sub] != SubState.SEEN:
-                rec.subs[sub] = SubState.SEEN
-                changed = True
-        if changed:
-            self._save_origin(rec)
-            self._maybe_drop_origin(rec)
-
     def _on_ask(self, sender: str, msg: Wire) -> None:
         pub = sub_of(msg["pub"])
         link = self._pubs.get(pub)
@@ -987,24 +679,6 @@ class TopicRouter:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _tag(self, pub: Pub, tag: bytes) -> bytes:
-        return outgoing_tag(pub[0], pub[1], tag)
-
-    def _save_origin(self, rec: OriginRecord, body: bool = False) -> None:
-        if self.eo:
-            key = b"o/" + rec.out_tag
-            self._dels.discard(key)
-            self._dirty[key] = rec  # encoded once, at the commit (see _flush)
-            if body and rec.body is not None:
-                self._put(b"m/" + rec.out_tag, rec.body)
-
-    def _delete_origin(self, rec: OriginRecord) -> None:
-        self._origins.pop(rec.out_tag, None)
-        if self.eo:
-            self._dirty.pop(b"o/" + rec.out_tag, None)
-            self._del(b"o/" + rec.out_tag)
-            self._del(b"m/" + rec.out_tag)
-
     def _body_missing(self, out_tag: bytes) -> bool:
         rec = self._origins.get(out_tag)
         return rec is None or rec.body is None
@@ -1040,49 +714,9 @@ class TopicRouter:
             if not rec.settled:
                 self._pub_gone[rec.publisher] = self._now
 
-    def _put(self, key: bytes, value: bytes) -> None:
-        self._dels.discard(key)
-        self._puts[key] = value
-
-    def _del(self, key: bytes) -> None:
-        self._puts.pop(key, None)
-        self._dels.add(key)
-
-    def _to_router(self, router: str, msg: Wire) -> None:
-        if router == self.router_id:
-            self._loopback.append(msg)
-        elif router in self._up:
-            self._sends.append(("to_router", (router, msg)))
-
     def _broadcast(self, msg: Wire) -> None:
         for peer in sorted(self._up):
             self._to_router(peer, msg)
-
-    def _emit(self, method: str, *args: Any) -> None:
-        self._sends.append((method, args))
-
-    def _log(self, level: str, text: str) -> None:
-        self._sends.append(("log", (level, f"{self.router_id}/{self.topic}: {text}")))
-
-    def _flush(self) -> None:
-        """End of an input: our own messages, then the commit, then every output in order."""
-        while self._loopback:
-            self._handle(self.router_id, self._loopback.popleft())
-        if self._puts or self._dels or self._dirty:
-            puts, dels, dirty = self._puts, self._dels, self._dirty
-            self._puts, self._dels, self._dirty = {}, set(), {}
-            commit_records = getattr(self._store, "commit_records", None)
-            if commit_records is not None:
-                # the store encodes the records when it commits its batch (the router's, once
-                # per loop iteration however many inputs touched a record)
-                commit_records(puts, dirty, dels)
-            else:
-                for key, rec in dirty.items():
-                    puts[key] = rec.encode_state()
-                self._store.commit(puts, dels)
-        sends, self._sends = self._sends, []
-        for method, args in sends:
-            getattr(self._port, method)(*args)
 
 
 def _owed_of(value: Any) -> dict[bytes, dict[Sub, SubState]]:

@@ -1,0 +1,148 @@
+"""Types of qrouter/_fast/eo_core.pyx (the per-message half of the exactly-once protocol)."""
+
+from collections import deque
+from typing import Any
+
+Sub = tuple[str, str]
+AttId = tuple[str, int, int]
+
+STATE_V2: bytes
+
+class OriginRecord:
+    out_tag: bytes
+    publisher: tuple[str, str]
+    tag: bytes
+    body: bytes | None
+    subs: dict[Sub, int]
+    settled: bool
+    accepted_sent: bool
+    forwarded: set[AttId]
+    filled: set[AttId]
+    settle_sent: set[AttId]
+    def __init__(
+        self,
+        out_tag: bytes,
+        publisher: tuple[str, str],
+        tag: bytes,
+        body: bytes | None,
+        subs: dict[Sub, Any],
+        settled: bool = False,
+        accepted_sent: bool = False,
+        forwarded: set[AttId] | None = None,
+        filled: set[AttId] | None = None,
+        settle_sent: set[AttId] | None = None,
+    ) -> None: ...
+    def pending(self) -> bool: ...
+    def done(self) -> bool: ...
+    def interested_routers(self, where: dict[Sub, set[str]]) -> dict[str, int]: ...
+    def encode_state(self) -> bytes: ...
+    @classmethod
+    def decode(cls, out_tag: bytes, state: bytes, body: bytes | None) -> OriginRecord: ...
+
+class LocalRecord:
+    out_tag: bytes
+    body: bytes | None
+    publisher: tuple[str, str] | None
+    tag: bytes | None
+    drivers: set[str]
+    subs: dict[AttId, int]
+    settled: bool
+    settled_epoch: int
+    settled_by: set[str]
+    def __init__(
+        self,
+        out_tag: bytes,
+        body: bytes | None = None,
+        publisher: tuple[str, str] | None = None,
+        tag: bytes | None = None,
+        drivers: set[str] | None = None,
+        subs: dict[AttId, Any] | None = None,
+        settled: bool = False,
+        settled_epoch: int = 0,
+        settled_by: set[str] | None = None,
+    ) -> None: ...
+    @property
+    def placeholder(self) -> bool: ...
+    def all_accepted(self) -> bool: ...
+    def all_seen(self) -> bool: ...
+
+class PubLink:
+    attach_map: dict[bytes, bool]
+    awaiting: set[bytes]
+    owed: dict[bytes, dict[Sub, Any]]
+    def __init__(
+        self,
+        attach_map: dict[bytes, bool],
+        awaiting: set[bytes],
+        owed: dict[bytes, dict[Sub, Any]] | None = None,
+    ) -> None: ...
+
+class LocalSub:
+    att: AttId
+    sub: Sub
+    attach_map: dict[bytes, bool]
+    queue: deque[bytes]
+    resumable: bool
+    stamp: int
+    def __init__(
+        self,
+        att: AttId,
+        sub: Sub,
+        attach_map: dict[bytes, bool],
+        queue: deque[bytes],
+        resumable: bool = True,
+        stamp: int = 0,
+    ) -> None: ...
+
+class EoCore:
+    router_id: str
+    topic: str
+    eo: bool
+    terminus_timeout: float
+    unsafe: frozenset[str]
+    _port: Any
+    _store: Any
+    _now: float
+    _view: Any
+    _origins: dict[bytes, OriginRecord]
+    _locals: dict[bytes, LocalRecord]
+    _pubs: dict[tuple[str, str], PubLink]
+    _subs: dict[AttId, LocalSub]
+    _pub_resend: dict[tuple[str, str], float]
+    _resent: dict[tuple[str, str], set[bytes]]
+    _closed_since: dict[Sub, float]
+    _up: set[str]
+    _lacking: set[str]
+    _barrier: dict[str, int]
+    _epoch: int
+    _loopback: deque[dict[str, Any]]
+    _puts: dict[bytes, bytes]
+    _dels: set[bytes]
+    _dirty: dict[bytes, OriginRecord]
+    _sends: list[tuple[str, tuple[Any, ...]]]
+    def publisher_transfer(
+        self, pub: tuple[str, str], tag: bytes, body: bytes, now: float
+    ) -> None: ...
+    def publisher_settled(self, pub: tuple[str, str], tag: bytes, now: float) -> None: ...
+    def subscriber_accepted(self, att: AttId, out_tag: bytes, now: float) -> None: ...
+    def subscriber_settled(self, att: AttId, out_tag: bytes, now: float) -> None: ...
+    def receive(self, peer: str, message: dict[str, Any], now: float) -> None: ...
+    def _handle(self, sender: str, msg: dict[str, Any]) -> None: ...
+    def _drive(self, rec: OriginRecord) -> None: ...
+    def _check_accept(self, rec: OriginRecord) -> None: ...
+    def _settle_origin(self, rec: OriginRecord) -> None: ...
+    def _maybe_drop_origin(self, rec: OriginRecord) -> None: ...
+    def _long_closed(self, sub: Sub) -> bool: ...
+    def _delete_origin(self, rec: OriginRecord) -> None: ...
+    def _save_origin(self, rec: OriginRecord, body: bool = False) -> None: ...
+    def _pump(self, ls: LocalSub) -> None: ...
+    def _check_local_accept(self, rec: LocalRecord) -> None: ...
+    def _maybe_drop_local(self, rec: LocalRecord) -> None: ...
+    def _barrier_passed(self, epoch: int) -> bool: ...
+    def _put(self, key: bytes, value: bytes) -> None: ...
+    def _del(self, key: bytes) -> None: ...
+    def _to_router(self, router: str, msg: dict[str, Any]) -> None: ...
+    def _emit(self, method: str, *args: Any) -> None: ...
+    def _log(self, level: str, text: str) -> None: ...
+    def _tag(self, pub: tuple[str, str], tag: bytes) -> bytes: ...
+    def _flush(self) -> None: ...

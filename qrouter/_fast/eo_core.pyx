@@ -1,0 +1,1003 @@
+# cython: language_level=3
+"""The per-message part of a guaranteed topic's state machine (docs/exactly-once.md), compiled.
+
+`qrouter.eo.protocol.TopicRouter` subclasses `EoCore`: what runs for every guaranteed
+transfer, outcome and settlement (the publisher's transfer and settlement, a subscriber's
+accept and settle, the inter-router FWD / ACCEPT / SETTLE / SEEN / PING / PONG, the records'
+bookkeeping, the commit and the outputs) is here, as typed methods; subscriptions, views,
+epochs, snapshots, ASK / ANSWER, ticks and recovery stay in protocol.py and call in through
+the thin `def` wrappers below (`_drive`, `_flush`, ...). The semantics are protocol.py's
+line for line: tests/eo/sim.py checks this code, since TopicRouter *is* it.
+
+The records (`OriginRecord`, `LocalRecord`) are `cdef class`es re-exported by
+qrouter/eo/records.py, with the same fields, constructor and durable encoding (STATE_V2) as
+the dataclasses they replace.
+
+This module imports nothing of qrouter.eo at import time (qrouter.eo.records imports it):
+`_bind` fetches what it needs on the first state machine made.
+"""
+
+import json
+
+# SubState (records.py): a subscriber's state for one delivery, as the origin knows it
+cdef enum:
+    S_PENDING = 0
+    S_ACCEPTED = 1
+    S_SEEN = 2
+
+# LocalState (records.py): one local subscriber attachment's state for one delivery
+cdef enum:
+    L_HELD = 0
+    L_QUEUED = 1
+    L_DELIVERED = 2
+    L_ACCEPTED = 3
+    L_SETTLING = 4
+    L_SEEN = 5
+
+cdef int EO_VERSION = 1  # messages.EO_VERSION (checked in _bind)
+
+cdef object _check = None  # messages.check (bound: _bind done)
+cdef dict _FIELDS = None  # messages.FIELDS: op -> ((field, type), ...)
+cdef object _ProtocolError = None  # messages.ProtocolError
+cdef object _SubState = None  # records.SubState (decoded records hold its members)
+cdef object _blake2b = None
+cdef bytes _TAG_KEY = None
+cdef bytes _TAG_PERSON = None
+cdef int _TAG_SIZE = 32
+
+
+cdef _bind():
+    global _check, _FIELDS, _ProtocolError, _SubState, _blake2b, _TAG_KEY, _TAG_PERSON, _TAG_SIZE
+    if _check is not None:
+        return
+    import hashlib
+
+    from qrouter.eo import messages, records, tags
+
+    if messages.EO_VERSION != EO_VERSION:
+        raise ImportError("qrouter._fast.eo_core is out of date: rebuild the engine")
+    _ProtocolError = messages.ProtocolError
+    _SubState = records.SubState
+    _blake2b = hashlib.blake2b
+    _TAG_KEY = tags.TAG_KEY
+    _TAG_PERSON = tags._PERSON
+    _TAG_SIZE = tags.TAG_SIZE
+    _FIELDS = {op: tuple(fields.items()) for op, fields in messages.FIELDS.items()}
+    _check = messages.check
+
+
+cdef dict _check_msg(msg):
+    """messages.check, compiled: validate `msg`; raise ProtocolError with the reason."""
+    if not isinstance(msg, dict):
+        raise _ProtocolError("not a map")
+    cdef dict m = <dict>msg
+    op = m.get("op")
+    fields = _FIELDS.get(op)
+    if fields is None:
+        raise _ProtocolError(f"unknown op {op!r}")
+    if m.get("v") != EO_VERSION:
+        raise _ProtocolError(f"{op}: version {m.get('v')!r}, expected {EO_VERSION}")
+    for name, kind in <tuple>fields:
+        value = m.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise _ProtocolError(f"{op}: field {name!r} missing or not {kind.__name__}")
+    return m
+
+
+# -- encoding helpers --------------------------------------------------------------------------
+
+cdef bytes _u32(Py_ssize_t n):
+    cdef unsigned char b[4]
+    b[0] = (n >> 24) & 255
+    b[1] = (n >> 16) & 255
+    b[2] = (n >> 8) & 255
+    b[3] = n & 255
+    return (<char *>b)[:4]
+
+
+cdef bytes _lp(bytes raw):
+    return _u32(len(raw)) + raw
+
+
+cdef dict _PAIRS = {}
+cdef dict _LAYOUTS = {}
+
+
+cdef bytes _pair(tuple pair):
+    """A subscriber's or publisher's (container, link), encoded once and reused."""
+    cdef bytes out = _PAIRS.get(pair)
+    if out is None:
+        out = _lp(pair[0].encode()) + _lp(pair[1].encode())
+        if len(_PAIRS) >= 4096:
+            _PAIRS.clear()
+        _PAIRS[pair] = out
+    return out
+
+
+cdef tuple _layout(tuple subs):
+    """The subscriber count and the subscribers in key order, each with its encoding: the
+    same for every record of a topic while its subscribers do not change."""
+    cdef tuple out = _LAYOUTS.get(subs)
+    if out is None:
+        order = sorted(subs)
+        out = (_u32(len(order)), tuple([(sub, _pair(sub)) for sub in order]))
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        _LAYOUTS[subs] = out
+    return out
+
+
+STATE_V2 = b"\x02"  # the origin record encoding (see qrouter/eo/records.py)
+cdef bytes _V2_OPEN = b"\x02\x00"
+cdef bytes _V2_SETTLED = b"\x02\x01"
+cdef tuple _STATE_BYTE = (b"\x00", b"\x01", b"\x02")
+
+
+cdef class _Reader:
+    cdef bytes raw
+    cdef Py_ssize_t pos
+
+    def __cinit__(self, bytes raw, Py_ssize_t pos):
+        self.raw = raw
+        self.pos = pos
+
+    cdef Py_ssize_t u32(self) except -1:
+        cdef Py_ssize_t end = self.pos + 4
+        if end > len(self.raw):
+            raise ValueError("truncated origin record")
+        n = int.from_bytes(self.raw[self.pos:end], "big")
+        self.pos = end
+        return n
+
+    cdef int byte(self) except -1:
+        if self.pos >= len(self.raw):
+            raise ValueError("truncated origin record")
+        self.pos += 1
+        return self.raw[self.pos - 1]
+
+    cdef bytes field(self):
+        cdef Py_ssize_t n = self.u32()
+        cdef Py_ssize_t end = self.pos + n
+        if end > len(self.raw):
+            raise ValueError("truncated origin record")
+        value = self.raw[self.pos:end]
+        self.pos = end
+        return value
+
+    cdef str text(self):
+        return self.field().decode()
+
+
+# -- records ---------------------------------------------------------------------------------
+
+cdef class OriginRecord:
+    """At the router that holds (or held) the publisher's link: see qrouter/eo/records.py."""
+
+    cdef public bytes out_tag
+    cdef public tuple publisher
+    cdef public bytes tag
+    cdef public object body  # None: recovered from a store that lacked it (never sent empty)
+    cdef public dict subs  # Sub -> SubState
+    cdef public bint settled  # the publisher settled (or forgot) the delivery
+    # Not persisted: what has been sent in the current connection incarnations.
+    cdef public bint accepted_sent
+    cdef public set forwarded
+    cdef public set filled
+    cdef public set settle_sent
+
+    def __init__(
+        self,
+        bytes out_tag,
+        tuple publisher,
+        bytes tag,
+        body,
+        dict subs,
+        bint settled=False,
+        bint accepted_sent=False,
+        set forwarded=None,
+        set filled=None,
+        set settle_sent=None,
+    ):
+        self.out_tag = out_tag
+        self.publisher = publisher
+        self.tag = tag
+        self.body = body
+        self.subs = subs
+        self.settled = settled
+        self.accepted_sent = accepted_sent
+        self.forwarded = set() if forwarded is None else forwarded
+        self.filled = set() if filled is None else filled
+        self.settle_sent = set() if settle_sent is None else settle_sent
+
+    def _fields(self):
+        return (
+            self.out_tag, self.publisher, self.tag, self.body, self.subs, self.settled,
+            self.accepted_sent, self.forwarded, self.filled, self.settle_sent,
+        )
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self):
+        return (
+            f"OriginRecord(out_tag={self.out_tag!r}, publisher={self.publisher!r}, "
+            f"tag={self.tag!r}, body={self.body!r}, subs={self.subs!r}, "
+            f"settled={self.settled!r}, accepted_sent={self.accepted_sent!r}, "
+            f"forwarded={self.forwarded!r}, filled={self.filled!r}, "
+            f"settle_sent={self.settle_sent!r})"
+        )
+
+    def pending(self):
+        for state in self.subs.values():
+            if state == S_PENDING:
+                return True
+        return False
+
+    cdef bint c_done(self):
+        if not self.settled:
+            return False
+        for state in self.subs.values():
+            if state != S_SEEN:
+                return False
+        return True
+
+    def done(self):
+        return self.c_done()
+
+    def interested_routers(self, dict where):
+        """The seed's per-router view: each router holding some of our subscribers, with the
+        least advanced state among them. `where`: subscriber -> routers it is attached at."""
+        cdef dict out = {}
+        for sub, state in self.subs.items():
+            for router in where.get(sub, ()):
+                out[router] = min(out.get(router, state), state)
+        return out
+
+    def encode_state(self):
+        """The durable state (`STATE_V2`): written once per loop iteration by the router's
+        group commit, so it is a flat binary record rather than JSON."""
+        cdef dict subs = self.subs
+        cdef tuple layout = _layout(tuple(subs))
+        cdef list out = [
+            _V2_SETTLED if self.settled else _V2_OPEN, _pair(self.publisher), _lp(self.tag)
+        ]
+        cdef Py_ssize_t state
+        out.append(layout[0])
+        for sub, encoded in layout[1]:
+            out.append(encoded)
+            state = subs[sub]
+            if not 0 <= state <= 2:
+                raise KeyError(subs[sub])
+            out.append(_STATE_BYTE[state])
+        return b"".join(out)
+
+    @classmethod
+    def decode(cls, bytes out_tag, bytes state, body):
+        _bind()
+        if state[:1] == b"{":
+            return cls._decode_json(out_tag, state, body)
+        if state[:1] != STATE_V2 or len(state) < 2:
+            raise ValueError("unknown origin record encoding")
+        cdef _Reader r = _Reader(state, 2)
+        publisher = (r.text(), r.text())
+        tag = r.field()
+        cdef dict subs = {}
+        cdef Py_ssize_t _i, n = r.u32()
+        for _i in range(n):
+            sub = (r.text(), r.text())
+            subs[sub] = _SubState(r.byte())
+        if r.pos != len(state):
+            raise ValueError("trailing bytes in origin record")
+        return cls(out_tag, publisher, tag, body, subs, state[1] == 1)
+
+    @classmethod
+    def _decode_json(cls, bytes out_tag, bytes state, body):
+        """The encoding of releases before STATE_V2 (a store written by one of them)."""
+        _bind()
+        d = json.loads(state)
+        subs = {(c, link): _SubState(s) for c, link, s in d["subs"]}
+        return cls(
+            out_tag,
+            (d["pub"][0], d["pub"][1]),
+            bytes.fromhex(d["tag"]),
+            body,
+            subs,
+            bool(d["settled"]),
+        )
+
+
+cdef class LocalRecord:
+    """At a router with subscribers: see qrouter/eo/records.py."""
+
+    cdef public bytes out_tag
+    cdef public object body  # None: a placeholder, or a settled tombstone
+    cdef public object publisher
+    cdef public object tag
+    cdef public set drivers  # routers that forwarded it: where ACCEPT goes
+    cdef public dict subs  # AttId -> LocalState
+    cdef public bint settled
+    cdef public long long settled_epoch  # barrier epoch when the settlement arrived
+    cdef public set settled_by  # routers that want SEEN
+
+    def __init__(
+        self,
+        bytes out_tag,
+        body=None,
+        publisher=None,
+        tag=None,
+        set drivers=None,
+        dict subs=None,
+        bint settled=False,
+        long long settled_epoch=0,
+        set settled_by=None,
+    ):
+        self.out_tag = out_tag
+        self.body = body
+        self.publisher = publisher
+        self.tag = tag
+        self.drivers = set() if drivers is None else drivers
+        self.subs = {} if subs is None else subs
+        self.settled = settled
+        self.settled_epoch = settled_epoch
+        self.settled_by = set() if settled_by is None else settled_by
+
+    def _fields(self):
+        return (
+            self.out_tag, self.body, self.publisher, self.tag, self.drivers, self.subs,
+            self.settled, self.settled_epoch, self.settled_by,
+        )
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self):
+        return (
+            f"LocalRecord(out_tag={self.out_tag!r}, body={self.body!r}, "
+            f"publisher={self.publisher!r}, tag={self.tag!r}, drivers={self.drivers!r}, "
+            f"subs={self.subs!r}, settled={self.settled!r}, "
+            f"settled_epoch={self.settled_epoch!r}, settled_by={self.settled_by!r})"
+        )
+
+    @property
+    def placeholder(self):
+        return self.body is None and not self.settled
+
+    cdef bint c_all_accepted(self):
+        if not self.subs:
+            return False
+        for s in self.subs.values():
+            if s < L_ACCEPTED:
+                return False
+        return True
+
+    cdef bint c_all_seen(self):
+        for s in self.subs.values():
+            if s != L_SEEN:
+                return False
+        return True
+
+    def all_accepted(self):
+        return self.c_all_accepted()
+
+    def all_seen(self):
+        return self.c_all_seen()
+
+
+cdef class PubLink:
+    """A publisher link attached here (protocol.py's `_PubLink`)."""
+
+    cdef public dict attach_map  # tag -> accepted, as the publisher reported on attach
+    # tags of the attach map we asked the publisher to resend and it has not yet (protocol.py)
+    cdef public set awaiting
+    # tag -> subscribers an ex-driver owed it to (ASK `owed`), for the record its resend makes
+    cdef public dict owed
+
+    def __init__(self, dict attach_map, set awaiting, dict owed=None):
+        self.attach_map = attach_map
+        self.awaiting = awaiting
+        self.owed = {} if owed is None else owed
+
+
+cdef class LocalSub:
+    """A subscriber attachment here (protocol.py's `_LocalSub`)."""
+
+    cdef public tuple att
+    cdef public tuple sub
+    cdef public dict attach_map  # out tag -> accepted, as reported on attach
+    cdef public object queue  # deque of out tags to deliver, in order; a HELD head blocks
+    cdef public bint resumable  # False: the client cannot resume (e.g. proton)
+    cdef public object stamp  # attach_stamp() when it attached: the order of attachments
+
+    def __init__(self, tuple att, tuple sub, dict attach_map, queue, bint resumable=True,
+                 stamp=0):
+        self.att = att
+        self.sub = sub
+        self.attach_map = attach_map
+        self.queue = queue
+        self.resumable = resumable
+        self.stamp = stamp
+
+
+# -- message fields (messages.py's att_of / sub_of / att_wire / sub_list, inlined) --------------
+
+cdef tuple _att_of(value):
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise _ProtocolError(f"bad attachment id {value!r}")
+    router, instance, n = value
+    if not (isinstance(router, str) and isinstance(instance, int) and isinstance(n, int)):
+        raise _ProtocolError(f"bad attachment id {value!r}")
+    return (router, instance, n)
+
+
+cdef tuple _sub_of(value):
+    container, link = value
+    if not (isinstance(container, str) and isinstance(link, str)):
+        raise _ProtocolError(f"bad subscriber id {value!r}")
+    return (container, link)
+
+
+cdef inline list _att_wire(tuple att):
+    return [att[0], att[1], att[2]]
+
+
+cdef list _sub_list(subs):
+    return [list(s) for s in sorted(subs)]
+
+
+cdef dict _TAG_PREFIX = {}
+
+
+cdef bytes _outgoing_tag(tuple pub, tag):
+    """tags.outgoing_tag(pub[0], pub[1], tag) with the default key: the hash of the
+    publisher's part is computed once per publisher and copied."""
+    h = _TAG_PREFIX.get(pub)
+    if h is None:
+        h = _blake2b(digest_size=_TAG_SIZE, key=_TAG_KEY, person=_TAG_PERSON)
+        for part in (pub[0].encode(), pub[1].encode()):
+            h.update(_u32(len(part)))
+            h.update(part)
+        if len(_TAG_PREFIX) >= 4096:
+            _TAG_PREFIX.clear()
+        _TAG_PREFIX[pub] = h
+    h = h.copy()
+    cdef bytes raw = bytes(tag)
+    h.update(_u32(len(raw)))
+    h.update(raw)
+    return h.digest()
+
+
+# -- the state machine's hot path ------------------------------------------------------------
+
+cdef class EoCore:
+    """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
+    in its __init__ and keeps the rest of the protocol)."""
+
+    cdef public object router_id
+    cdef public object topic
+    cdef public bint eo
+    cdef public double terminus_timeout
+    cdef public object _port
+    cdef public object _store
+    cdef public double _now
+    cdef public object _view
+    cdef public dict _origins  # out tag -> OriginRecord
+    cdef public dict _locals  # out tag -> LocalRecord
+    cdef public dict _pubs  # Pub -> PubLink
+    cdef public dict _subs  # AttId -> LocalSub
+    cdef public dict _pub_resend
+    cdef public dict _resent
+    cdef public dict _closed_since
+    cdef public set _up
+    cdef public set _lacking
+    cdef public dict _barrier
+    cdef public long long _epoch
+    cdef public object _loopback  # deque of our own messages
+    cdef public dict _puts
+    cdef public set _dels
+    cdef public dict _dirty
+    cdef public list _sends
+    cdef object _unsafe
+    cdef bint _accept_early
+    cdef bint _drop_on_settle
+
+    def __cinit__(self, *args, **kwargs):
+        _bind()
+
+    @property
+    def unsafe(self):
+        return self._unsafe
+
+    @unsafe.setter
+    def unsafe(self, value):
+        self._unsafe = value
+        self._accept_early = "accept-early" in value
+        self._drop_on_settle = "drop-on-settle" in value
+
+    # -- publisher link events -------------------------------------------------------------
+
+    def publisher_transfer(self, pub, tag, body, double now):
+        self._now = now
+        cdef PubLink link = self._pubs.get(pub)
+        cdef OriginRecord rec
+        if link is None:
+            self._c_log("warning", f"transfer from {pub} which is not attached, dropped")
+            self._c_flush()
+            return
+        link.awaiting.discard(tag)
+        cdef bytes out_tag = _outgoing_tag(pub, tag)
+        rec = self._origins.get(out_tag)
+        if rec is None:
+            subs = dict.fromkeys(sorted(self._view.known), S_PENDING)  # view.subscribers()
+            rec = OriginRecord(out_tag, pub, bytes(tag), bytes(body), subs)
+            self._origins[out_tag] = rec
+            owed = link.owed.pop(tag, None)
+            if owed:  # (empty: nothing to merge)
+                self._merge_owed(rec, owed)
+            self._c_save_origin(rec, True)
+        elif rec.settled:
+            self._c_log("warning", f"{pub} reused settled tag {tag!r}: ignored")
+            self._c_flush()
+            return
+        else:
+            if pub in self._pub_resend:  # resent within the window: not abandoned
+                self._resent.setdefault(pub, set()).add(bytes(tag))
+            if rec.body is None:
+                rec.body = bytes(body)  # the resend of a record recovered without its body
+                self._c_save_origin(rec, True)
+        self._c_drive(rec)
+        self._c_check_accept(rec)
+        self._c_flush()
+
+    def publisher_settled(self, pub, tag, double now):
+        self._now = now
+        cdef OriginRecord rec = self._origins.get(_outgoing_tag(pub, tag))
+        if rec is not None and not rec.settled:
+            self._c_settle_origin(rec)
+        self._c_flush()
+
+    # -- subscriber link events ------------------------------------------------------------
+
+    def subscriber_accepted(self, att, out_tag, double now):
+        self._now = now
+        cdef LocalRecord rec = self._locals.get(out_tag)
+        if rec is not None and att in self._subs:
+            state = rec.subs.get(att)
+            if state == L_DELIVERED:
+                rec.subs[att] = L_ACCEPTED
+            if rec.subs.get(att) == L_ACCEPTED:
+                self._c_check_local_accept(rec)
+        self._c_flush()
+
+    def subscriber_settled(self, att, out_tag, double now):
+        """The subscriber settled `out_tag` after we did: it has seen the settlement."""
+        self._now = now
+        cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalSub ls = self._subs.get(att)
+        if rec is not None and ls is not None and rec.subs.get(att) == L_SETTLING:
+            rec.subs[att] = L_SEEN
+            for router in sorted(rec.settled_by):
+                self._c_to_router(router, {
+                    "op": "SEEN", "v": EO_VERSION, "topic": self.topic, "t": out_tag,
+                    "subs": [list(ls.sub)],
+                })
+            self._c_maybe_drop_local(rec)
+        self._c_flush()
+
+    # -- inter-router messages -------------------------------------------------------------
+
+    def receive(self, peer, message, double now):
+        self._now = now
+        if peer not in self._up:
+            self._c_log("debug", f"message from {peer} whose channel is not up, dropped")
+        elif message.get("topic") != self.topic:
+            self._c_log("warning", f"message for topic {message.get('topic')!r} dropped")
+        else:
+            try:
+                self._c_handle(peer, _check_msg(message))
+            except (_ProtocolError, ValueError, TypeError) as exc:
+                self._c_log("warning", f"bad message from {peer} dropped: {exc}")
+        self._c_flush()
+
+    cdef _c_handle(self, sender, dict msg):
+        op = msg["op"]
+        if op == "FWD":
+            self._c_on_fwd(sender, msg)
+        elif op == "ACCEPT":
+            self._c_on_accept(msg)
+        elif op == "SETTLE":
+            self._c_on_settle(sender, msg)
+        elif op == "SEEN":
+            self._c_on_seen(msg)
+        elif op == "PING":
+            self._c_to_router(
+                sender, {"op": "PONG", "v": EO_VERSION, "topic": self.topic, "e": msg["e"]}
+            )
+        elif op == "PONG":
+            self._barrier[sender] = max(self._barrier.get(sender, 0), msg["e"])
+        else:
+            self._handle_other(sender, msg)  # protocol.py: SUB, UNSUB, SUBS, ASK, ANSWER, ...
+
+    def _handle(self, sender, msg):
+        self._c_handle(sender, msg)
+
+    cdef _c_on_fwd(self, sender, dict msg):
+        cdef bytes out_tag = msg["t"]
+        cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalSub ls
+        cdef list live = []
+        cdef set touched
+        cdef dict subs
+        if rec is not None and rec.settled:
+            return  # a tombstone: whatever this FWD was for is over
+        for raw in msg["targets"]:
+            att = _att_of(raw)
+            if att in self._subs:
+                live.append(att)
+        if rec is None:
+            if not live:
+                return
+            rec = LocalRecord(out_tag)
+            self._locals[out_tag] = rec
+        if rec.body is None:
+            rec.body, rec.publisher, rec.tag = msg["body"], _sub_of(msg["pub"]), msg["tag"]
+        rec.drivers.add(sender)
+        touched = set()
+        subs = rec.subs
+        for att, state in subs.items():
+            if state == L_HELD:
+                subs[att] = L_QUEUED
+                touched.add(att)
+        for att in live:
+            if att not in subs:
+                subs[att] = L_QUEUED
+                ls = self._subs[att]
+                ls.queue.append(out_tag)
+                touched.add(att)
+        for att in sorted(touched):
+            self._c_pump(self._subs[att])
+        self._c_check_local_accept(rec)
+
+    cdef _c_on_accept(self, dict msg):
+        cdef OriginRecord rec = self._origins.get(msg["t"])
+        cdef bint changed = False
+        cdef dict subs
+        if rec is None or rec.settled:
+            return
+        subs = rec.subs
+        for raw in msg["subs"]:
+            sub = _sub_of(raw)
+            if subs.get(sub) == S_PENDING:
+                subs[sub] = S_ACCEPTED
+                changed = True
+        if changed:
+            self._c_save_origin(rec, False)
+            self._c_check_accept(rec)
+
+    cdef _c_on_settle(self, sender, dict msg):
+        cdef bytes out_tag = msg["t"]
+        cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalSub ls
+        cdef int st
+        cdef set seen
+        if rec is None:
+            rec = LocalRecord(out_tag)
+            self._locals[out_tag] = rec
+        if not rec.settled:
+            rec.settled = True
+            rec.settled_epoch = self._epoch
+            rec.body = None
+        rec.settled_by.add(sender)
+        for att, state in list(rec.subs.items()):
+            ls = self._subs[att]
+            st = state
+            if st == L_HELD or st == L_DELIVERED or st == L_ACCEPTED or (
+                st == L_QUEUED and out_tag in ls.attach_map
+            ):
+                rec.subs[att] = L_SETTLING if ls.resumable else L_SEEN
+                self._sends.append(("settle_subscriber", (att, out_tag)))
+            elif st == L_QUEUED:
+                rec.subs[att] = L_SEEN  # never sent: nothing to see
+        seen = set()
+        for raw in msg["targets"]:
+            att = _att_of(raw)
+            if att in self._subs and rec.subs.get(att, L_SEEN) == L_SEEN:
+                ls = self._subs[att]
+                seen.add(ls.sub)
+        if seen:
+            self._c_to_router(sender, {
+                "op": "SEEN", "v": EO_VERSION, "topic": self.topic, "t": out_tag,
+                "subs": _sub_list(seen),
+            })
+        self._c_maybe_drop_local(rec)
+
+    cdef _c_on_seen(self, dict msg):
+        cdef OriginRecord rec = self._origins.get(msg["t"])
+        cdef bint changed = False
+        cdef dict subs
+        if rec is None or not rec.settled:
+            return
+        subs = rec.subs
+        for raw in msg["subs"]:
+            sub = _sub_of(raw)
+            if sub in subs and subs[sub] != S_SEEN:
+                subs[sub] = S_SEEN
+                changed = True
+        if changed:
+            self._c_save_origin(rec, False)
+            self._c_maybe_drop_origin(rec)
+
+    # -- the driver side -------------------------------------------------------------------
+
+    cdef _c_drive(self, OriginRecord rec):
+        """Send each subscriber's attachments what they still need from this record."""
+        cdef bint driving = rec.publisher in self._pubs
+        cdef dict fwd = {}
+        cdef set fill = set()
+        cdef dict settle = {}
+        cdef bint settled = rec.settled
+        cdef bint no_body = rec.body is None
+        cdef tuple att
+        cdef list targets
+        # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
+        cdef dict by_sub = self._view._by_sub
+        cdef dict claims = self._view.claims
+        cdef set sub_atts
+        for sub, state in rec.subs.items():
+            if state == S_SEEN:
+                continue
+            sub_atts = by_sub.get(sub)
+            if not sub_atts:
+                continue
+            for claim in [claims[a] for a in sorted(sub_atts)]:
+                att = claim.att
+                if settled:
+                    if att not in rec.settle_sent:
+                        rec.settle_sent.add(att)
+                        settle.setdefault(att[0], []).append(att)
+                elif state != S_PENDING or no_body:
+                    continue  # (no body: recovered without it, the publisher resends it)
+                elif driving:
+                    if att not in rec.forwarded:
+                        rec.forwarded.add(att)
+                        fwd.setdefault(att[0], []).append(att)
+                elif claim.unsettled.get(rec.out_tag) is False and att not in rec.filled:
+                    rec.filled.add(att)  # a placeholder to fill: safe from anyone (rule 1)
+                    fill.add(att[0])
+        if fwd or fill:
+            for router in sorted(fwd.keys() | fill):
+                targets = [_att_wire(a) for a in fwd.get(router, [])]
+                self._c_to_router(router, {
+                    "op": "FWD", "v": EO_VERSION, "topic": self.topic, "t": rec.out_tag,
+                    "pub": list(rec.publisher), "tag": rec.tag, "body": rec.body,
+                    "targets": targets,
+                })
+        if settle:
+            for router, atts in sorted(settle.items()):
+                targets = [_att_wire(a) for a in atts]
+                self._c_to_router(router, {
+                    "op": "SETTLE", "v": EO_VERSION, "topic": self.topic, "t": rec.out_tag,
+                    "targets": targets,
+                })
+
+    cdef _c_check_accept(self, OriginRecord rec):
+        cdef set local
+        cdef dict closed
+        if rec.settled or rec.accepted_sent or rec.publisher not in self._pubs:
+            return
+        if self._accept_early:
+            local = {(<LocalSub>ls).sub for ls in self._subs.values()}
+            for sub, s in rec.subs.items():
+                if sub in local and s == S_PENDING:
+                    return
+        else:
+            closed = self._view.closed
+            for sub, st in rec.subs.items():
+                if st == S_PENDING and sub not in closed:
+                    return  # (closed here: only an ex-driver's hand-over puts one in)
+        rec.accepted_sent = True
+        self._sends.append(("accept_publisher", (rec.publisher, rec.tag)))
+
+    cdef _c_settle_origin(self, OriginRecord rec):
+        rec.settled = True
+        if not self.eo:
+            self._c_delete_origin(rec)  # subscribers settled on accept: nothing to relay
+            return
+        self._c_save_origin(rec, False)
+        rec.settle_sent.clear()
+        self._c_drive(rec)
+        if self._drop_on_settle:
+            self._c_delete_origin(rec)
+        else:
+            self._c_maybe_drop_origin(rec)
+
+    cdef _c_maybe_drop_origin(self, OriginRecord rec):
+        cdef bint done = rec.c_done()
+        if not done and rec.settled:
+            done = True
+            for sub, s in rec.subs.items():
+                if not (s == S_SEEN or self._c_long_closed(sub)):
+                    done = False
+                    break
+        if done and self._origins.get(rec.out_tag) is rec:
+            self._c_delete_origin(rec)
+
+    cdef bint _c_long_closed(self, sub) except -1:
+        """A subscriber an ex-driver handed over (_merge_owed) though closed here: owed
+        nothing more once it stayed closed for the terminus timeout (until then, the claim
+        that re-opens it may be on its way, and the record waits for it, as for one in
+        limbo)."""
+        if sub not in self._view.closed:
+            return False
+        since = self._closed_since.get(sub)
+        return since is None or self._now - since > self.terminus_timeout
+
+    # -- the subscriber side ---------------------------------------------------------------
+
+    cdef _c_pump(self, LocalSub ls):
+        """Deliver the attachment's queue in order, up to the first unfilled placeholder."""
+        cdef LocalRecord rec
+        queue = ls.queue
+        while queue:
+            out_tag = queue[0]
+            rec = self._locals.get(out_tag)
+            state = rec.subs.get(ls.att) if rec is not None else None
+            if state is not None and state == L_HELD:
+                return
+            queue.popleft()
+            if rec is not None and rec.body is not None and state is not None and (
+                state == L_QUEUED
+            ):
+                rec.subs[ls.att] = L_DELIVERED
+                resume = out_tag in ls.attach_map
+                self._sends.append(("deliver", (ls.att, out_tag, rec.body, resume)))
+
+    cdef _c_check_local_accept(self, LocalRecord rec):
+        """Accept upstream once every local subscriber of the delivery has accepted."""
+        if rec.settled or not rec.drivers or not rec.c_all_accepted():
+            return
+        subs = _sub_list({(<LocalSub>self._subs[att]).sub for att in rec.subs})
+        for router in sorted(rec.drivers):
+            self._c_to_router(router, {
+                "op": "ACCEPT", "v": EO_VERSION, "topic": self.topic, "t": rec.out_tag,
+                "subs": subs,
+            })
+        if not self.eo:
+            self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
+
+    cdef _c_maybe_drop_local(self, LocalRecord rec):
+        if self._locals.get(rec.out_tag) is not rec:
+            return
+        if rec.settled:
+            if self._drop_on_settle or (
+                rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
+            ):
+                del self._locals[rec.out_tag]
+        elif not rec.subs:
+            del self._locals[rec.out_tag]
+
+    cdef bint _c_barrier_passed(self, long long epoch) except -1:
+        cdef dict barrier = self._barrier
+        cdef set lacking = self._lacking
+        for p in self._up:  # peers not up, or lacking the guarantee, are not waited for
+            if p not in lacking and barrier.get(p, 0) <= epoch:
+                return False
+        return True
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    cdef _c_save_origin(self, OriginRecord rec, bint body):
+        if self.eo:
+            key = b"o/" + rec.out_tag
+            self._dels.discard(key)
+            self._dirty[key] = rec  # encoded once, at the commit (see _flush)
+            if body and rec.body is not None:
+                self._c_put(b"m/" + rec.out_tag, rec.body)
+
+    cdef _c_delete_origin(self, OriginRecord rec):
+        self._origins.pop(rec.out_tag, None)
+        if self.eo:
+            self._dirty.pop(b"o/" + rec.out_tag, None)
+            self._c_del(b"o/" + rec.out_tag)
+            self._c_del(b"m/" + rec.out_tag)
+
+    cdef _c_put(self, key, value):
+        self._dels.discard(key)
+        self._puts[key] = value
+
+    cdef _c_del(self, key):
+        self._puts.pop(key, None)
+        self._dels.add(key)
+
+    cdef _c_to_router(self, router, msg):
+        if router == self.router_id:
+            self._loopback.append(msg)
+        elif router in self._up:
+            self._sends.append(("to_router", (router, msg)))
+
+    cdef _c_log(self, level, text):
+        self._sends.append(("log", (level, f"{self.router_id}/{self.topic}: {text}")))
+
+    cdef _c_flush(self):
+        """End of an input: our own messages, then the commit, then every output in order."""
+        loopback = self._loopback
+        while loopback:
+            self._c_handle(self.router_id, loopback.popleft())
+        cdef dict puts, dirty
+        cdef set dels
+        if self._puts or self._dels or self._dirty:
+            puts, dels, dirty = self._puts, self._dels, self._dirty
+            self._puts, self._dels, self._dirty = {}, set(), {}
+            commit_records = getattr(self._store, "commit_records", None)
+            if commit_records is not None:
+                # the store encodes the records when it commits its batch (the router's,
+                # once per loop iteration however many inputs touched a record)
+                commit_records(puts, dirty, dels)
+            else:
+                for key, rec in dirty.items():
+                    puts[key] = rec.encode_state()
+                self._store.commit(puts, dels)
+        cdef list sends = self._sends
+        self._sends = []
+        port = self._port
+        for method, args in sends:
+            getattr(port, method)(*args)
+
+    # -- the same, for protocol.py ---------------------------------------------------------
+
+    def _drive(self, OriginRecord rec):
+        self._c_drive(rec)
+
+    def _check_accept(self, OriginRecord rec):
+        self._c_check_accept(rec)
+
+    def _settle_origin(self, OriginRecord rec):
+        self._c_settle_origin(rec)
+
+    def _maybe_drop_origin(self, OriginRecord rec):
+        self._c_maybe_drop_origin(rec)
+
+    def _long_closed(self, sub):
+        return self._c_long_closed(sub)
+
+    def _delete_origin(self, OriginRecord rec):
+        self._c_delete_origin(rec)
+
+    def _save_origin(self, OriginRecord rec, body=False):
+        self._c_save_origin(rec, body)
+
+    def _pump(self, LocalSub ls):
+        self._c_pump(ls)
+
+    def _check_local_accept(self, LocalRecord rec):
+        self._c_check_local_accept(rec)
+
+    def _maybe_drop_local(self, LocalRecord rec):
+        self._c_maybe_drop_local(rec)
+
+    def _barrier_passed(self, long long epoch):
+        return self._c_barrier_passed(epoch)
+
+    def _put(self, key, value):
+        self._c_put(key, value)
+
+    def _del(self, key):
+        self._c_del(key)
+
+    def _to_router(self, router, msg):
+        self._c_to_router(router, msg)
+
+    def _emit(self, method, *args):
+        self._sends.append((method, args))
+
+    def _log(self, level, text):
+        self._c_log(level, text)
+
+    def _tag(self, pub, tag):
+        return _outgoing_tag(pub, tag)
+
+    def _flush(self):
+        self._c_flush()

@@ -1,0 +1,48 @@
+"""The compiled half of the state machine (qrouter/_fast/eo_core.pyx): what it must keep of
+the Python it replaced. The protocol itself is checked by the simulation (test_simulation.py),
+which runs `TopicRouter` and so this code."""
+
+from __future__ import annotations
+
+from qrouter._fast.eo_core import EoCore
+
+from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter
+
+# STATE_V2 records written by the pure-Python records.py (before eo_core): a store written by
+# it must read the same, and a record must encode to the same bytes.
+GOLDEN_SETTLED = bytes.fromhex(
+    "020100000003707562000000036cc3a90000000400746167000000030000000273300000000000000000"
+    "027331000000016c01000000027332000000017802"
+)
+GOLDEN_EMPTY = bytes.fromhex("02000000000170000000016c0000000000000000")
+
+
+def test_topic_router_is_the_compiled_core() -> None:
+    assert issubclass(TopicRouter, EoCore)
+    assert TopicRouter.publisher_transfer is EoCore.publisher_transfer
+    assert TopicRouter.receive is EoCore.receive
+
+
+def test_origin_record_bytes_unchanged() -> None:
+    subs = {("s2", "x"): SubState.SEEN, ("s1", "l"): SubState.ACCEPTED, ("s0", ""): 0}
+    rec = OriginRecord(b"t" * 32, ("pub", "lé"), b"\x00tag", b"body", subs, settled=True)
+    assert rec.encode_state() == GOLDEN_SETTLED
+    assert OriginRecord.decode(rec.out_tag, GOLDEN_SETTLED, b"body") == rec
+    empty = OriginRecord(b"t" * 32, ("p", "l"), b"", None, {})
+    assert empty.encode_state() == GOLDEN_EMPTY
+    assert OriginRecord.decode(empty.out_tag, GOLDEN_EMPTY, None) == empty
+
+
+def test_records_keep_the_dataclass_defaults() -> None:
+    rec = OriginRecord(b"t", ("p", "l"), b"x", b"b", {("s", "l"): SubState.PENDING})
+    assert (rec.settled, rec.accepted_sent) == (False, False)
+    assert rec.forwarded == rec.filled == rec.settle_sent == set()
+    assert rec.pending() and not rec.done()
+    assert rec.interested_routers({("s", "l"): {"B"}}) == {"B": SubState.PENDING}
+    local = LocalRecord(b"t")
+    assert local.placeholder and local.subs == {} and local.drivers == set()
+    assert (local.settled, local.settled_epoch, local.settled_by) == (False, 0, set())
+    assert not local.all_accepted() and local.all_seen()
+    local.settled = True
+    assert not local.placeholder
+    assert LocalRecord(b"t") != local and LocalRecord(b"t") == LocalRecord(b"t")
