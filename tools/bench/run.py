@@ -359,7 +359,12 @@ def run_load(
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
-    sender, recvs = _report("SEND", outs[0]), [_report("RECV", o) for o in outs[1:]]
+    return run_of(_report("SEND", outs[0]), [_report("RECV", o) for o in outs[1:]], presettled)
+
+
+def run_of(sender: dict[str, str], recvs: list[dict[str, str]], presettled: bool) -> Run:
+    """The Run of one sender's and its receivers' report lines (amqp_load or client_load.py;
+    a sender's accept-latency fields may be missing: a line of an older amqp_load)."""
     received = sum(int(r["count"]) for r in recvs)
     if presettled:
         msgs_s = min(float(r["rate"]) for r in recvs)
