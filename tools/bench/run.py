@@ -360,6 +360,8 @@ def run_load(
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
+        for f in ready:
+            f.unlink(missing_ok=True)
     return run_of(_report("SEND", outs[0]), [_report("RECV", o) for o in outs[1:]], presettled)
 
 
@@ -569,7 +571,8 @@ class Bench:
                 opts += ["--inter-router-connect", ",".join(f"{HOST}:{p}" for p in ports[:i])]
             opts += ["--address", f"bench.t={spec}"]
             if store:
-                opts += ["--store", store, "--store-path", str(self.cfg.logs / f"{name}-{rid}")]
+                folder = re.sub(r"[^\w.-]+", "-", f"{name}-{rid}")  # a name may hold "/"
+                opts += ["--store", store, "--store-path", str(self.cfg.logs / folder)]
             args.append(opts)
         with (
             Router(self.cfg.logs, name + " A", *args[0]) as a,
