@@ -5,7 +5,8 @@
     ... --scenarios direct,one-hop-unsettled --count 200000 --repeat 3 --json out.json --markdown
 
 The load client is our proton-C yardstick, amqp_load.c, compiled on first use (and whenever the
-source is newer) into tools/bench/bin/ in a checkout, else ~/.cache/qrouter/bench/. Every router
+source is newer) into tools/bench/bin/ in a checkout, else ~/.cache/qrouter/bench/; the
+`*-client` scenarios use client_load.py, the same load on qrouter.client, instead. Every router
 scenario starts its own router on a free 127.0.0.1 port and stops it afterwards. Each rate figure
 is the median of --repeat runs, beside the direct client-to-client run of the same invocation
 (the receiver listens, the sender connects to it) as a ratio. See docs/performance.md.
@@ -36,6 +37,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "amqp_load.c"
+CLIENT_LOAD = HERE / "client_load.py"  # the load client on qrouter.client (client_load.py)
 CHECKOUT = HERE.parents[1] if (HERE.parents[1] / "setup.py").exists() else None
 HOST = "127.0.0.1"
 ROUTER_START_S = 20.0
@@ -75,6 +77,11 @@ class Run:
     router_cpu_s: float | None = None
     p999: int = 0
     recv_rate: float = 0.0  # the slowest receiver's: messages over its first → last arrival
+    # accept latency (unsettled senders): its transfer → its outcome arriving, µs
+    acc_p50: int = 0
+    acc_p90: int = 0
+    acc_p99: int = 0
+    sender_cpu_s: float = 0.0  # the sender process's own CPU (its cpu_s)
 
 
 @dataclass
@@ -88,6 +95,8 @@ class Row:
     loss: int | None = None
     router_cpu_us_per_msg: float | None = None
     router_rss_mib: float | None = None
+    accept_p50_us: int | None = None  # the publisher's send → outcome (mesh-accept-latency*)
+    accept_p99_us: int | None = None
     note: str = ""
     runs: list[float] = field(default_factory=list)  # msg/s of every repeat
 
@@ -286,10 +295,12 @@ def run_load(
     recv_ports: list[int] | None = None,
     attach_wait: float = 0.0,
     env: dict[str, str] | None = None,
+    client: str | None = None,
 ) -> Run:
     """Start the receiver(s), then the sender; wait (bounded) for all of them. The sender
     connects to `send_port` when given (another router of a mesh), else to `port`; receiver i
-    to recv_ports[i] when given."""
+    to recv_ports[i] when given. With `client` (plain, at-least-once or exactly-once) the
+    clients are client_load.py on qrouter.client with that kind of links, not amqp_load."""
     timeout = 30 + count / 1000 + (count / rate if rate else 0)
     load = str(cfg.load)
     ports = recv_ports or [port]
@@ -297,6 +308,12 @@ def run_load(
     send.append(str(int(presettled)))
     send.append(str(rate))
     procs: list[subprocess.Popen[str]] = []
+    ready: list[Path] = []  # client_load receivers create these once attached
+    if client:
+        env = client_env(env)
+        py = [sys.executable, str(CLIENT_LOAD)]
+        send = py + ["send", HOST, str(send_port or port), addr, str(count), str(cfg.body)]
+        send += ["--mode", client, "--rate", str(rate), "--window", str(cfg.credit)]
     # AMQP_LOAD_DURABLE: the clients ask for unsettled-state durability (our copy of the tool)
     if durable:
         env = {**(env or os.environ), "AMQP_LOAD_DURABLE": "1"}
@@ -307,6 +324,11 @@ def run_load(
             if receivers > 1:  # each its own link: distinct container-ids (amqp_load.c)
                 renv = {**(env or os.environ), "AMQP_LOAD_CONTAINER": f"amqp-load-recv-{i}"}
             recv = [load, "recv", HOST, rport, addr, str(count), str(cfg.credit), str(cfg.body)]
+            if client:
+                ready.append(cfg.logs / f"ready-{addr}-{i}-{os.getpid()}-{time.monotonic_ns()}")
+                recv = py + ["recv", HOST, rport, addr, str(count), str(cfg.credit)]
+                recv += [str(cfg.body), "--mode", client, "--ready", str(ready[-1])]
+                recv += ["--container", f"client-load-recv-{i}"]
             procs.append(
                 subprocess.Popen(
                     recv + ["listen"] * listen,
@@ -319,6 +341,7 @@ def run_load(
         if listen:
             wait_listening(port, procs[0], 5.0)
         else:
+            wait_ready(ready, procs, 30.0)
             time.sleep(attach_wait or ATTACH_WAIT_S)
         procs.append(
             subprocess.Popen(
@@ -337,7 +360,14 @@ def run_load(
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
-    sender, recvs = _report("SEND", outs[0]), [_report("RECV", o) for o in outs[1:]]
+        for f in ready:
+            f.unlink(missing_ok=True)
+    return run_of(_report("SEND", outs[0]), [_report("RECV", o) for o in outs[1:]], presettled)
+
+
+def run_of(sender: dict[str, str], recvs: list[dict[str, str]], presettled: bool) -> Run:
+    """The Run of one sender's and its receivers' report lines (amqp_load or client_load.py;
+    a sender's accept-latency fields may be missing: a line of an older amqp_load)."""
     received = sum(int(r["count"]) for r in recvs)
     if presettled:
         msgs_s = min(float(r["rate"]) for r in recvs)
@@ -354,7 +384,28 @@ def run_load(
         p99=int(worst["p99"]),
         p999=int(worst.get("p99.9", 0)),
         recv_rate=min(float(r["rate"]) for r in recvs),
+        acc_p50=int(sender.get("acc_p50", 0)),
+        acc_p90=int(sender.get("acc_p90", 0)),
+        acc_p99=int(sender.get("acc_p99", 0)),
+        sender_cpu_s=float(sender.get("cpu_s", 0)),
     )
+
+
+def client_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of a client_load.py process: a checkout's qrouter importable."""
+    env = dict(env or os.environ)
+    if CHECKOUT:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), env.get("PYTHONPATH")]))
+    return env
+
+
+def wait_ready(files: list[Path], procs: list[subprocess.Popen[str]], timeout: float) -> None:
+    """Wait (bounded) until every client_load receiver has its link attached."""
+    deadline = time.monotonic() + timeout
+    while not all(f.exists() for f in files):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise BenchError(f"a client_load receiver did not attach within {timeout:.0f} s")
+        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------- scenarios
@@ -366,6 +417,7 @@ class Bench:
         self.rows: list[Row] = []
         self.baselines: dict[tuple[bool, int], Row] = {}
         self.durable_base: float | None = None  # memory-store rate of the durable scenario
+        self.client_plain: float | None = None  # mesh-multicast-client's rate
 
     def median(
         self, name: str, runs: list[Run], base: Row | None, receivers: int = 1, rate: int = 0
@@ -387,6 +439,8 @@ class Bench:
             row.router_cpu_us_per_msg = run.router_cpu_s * 1e6 / run.sent
         if run.other:
             row.note = f"{run.other} not ACCEPTED"
+        if run.acc_p99:
+            row.accept_p50_us, row.accept_p99_us = run.acc_p50, run.acc_p99
         return row
 
     def direct(self, presettled: bool = False, rate: int = 0) -> Row:
@@ -517,7 +571,8 @@ class Bench:
                 opts += ["--inter-router-connect", ",".join(f"{HOST}:{p}" for p in ports[:i])]
             opts += ["--address", f"bench.t={spec}"]
             if store:
-                opts += ["--store", store, "--store-path", str(self.cfg.logs / f"{name}-{rid}")]
+                folder = re.sub(r"[^\w.-]+", "-", f"{name}-{rid}")  # a name may hold "/"
+                opts += ["--store", store, "--store-path", str(self.cfg.logs / folder)]
             args.append(opts)
         with (
             Router(self.cfg.logs, name + " A", *args[0]) as a,
@@ -527,8 +582,17 @@ class Bench:
             time.sleep(MESH_FORM_S * 2)
             yield a, b, c
 
-    def triangle_round(self, routers: tuple[Router, Router, Router], addr: str, count: int) -> Run:
-        """One run on the triangle: the sender on A, one receiver on each router."""
+    def triangle_round(
+        self,
+        routers: tuple[Router, Router, Router],
+        addr: str,
+        count: int,
+        *,
+        rate: int = 0,
+        client: str | None = None,
+    ) -> Run:
+        """One run on the triangle: the sender on A, one receiver on each router (amqp_load,
+        or client_load.py with `client`'s kind of links), as fast as it goes or at `rate`."""
         a, b, c = routers
         cpu0 = a.cpu_s() + b.cpu_s() + c.cpu_s()
         run = run_load(
@@ -536,24 +600,35 @@ class Bench:
             a.port,
             addr,
             count=count,
+            rate=rate,
             receivers=3,
             recv_ports=[a.port, b.port, c.port],
             attach_wait=MESH_FORM_S * 1.5,  # subscribers known everywhere first
+            client=client,
         )
         for r in routers:
             r.check()
         run.router_cpu_s = a.cpu_s() + b.cpu_s() + c.cpu_s() - cpu0
         return run
 
-    def triangle(self, name: str, spec: str, *, count: int, store: str | None = None) -> Row:
-        """The triangle's rate: `repeat` runs, each on an address of its own."""
+    def triangle(
+        self,
+        name: str,
+        spec: str,
+        *,
+        count: int,
+        store: str | None = None,
+        client: str | None = None,
+        runs: list[Run] | None = None,
+    ) -> Row:
+        """The triangle's rate: `repeat` runs, each on an address of its own (appended to
+        `runs` when given)."""
         base = self.direct(False)
+        runs = [] if runs is None else runs
         try:
             with self.triangle_routers(name, spec, store) as routers:
-                runs = [
-                    self.triangle_round(routers, f"bench.t.{i}", count)
-                    for i in range(self.cfg.repeat)
-                ]
+                for i in range(self.cfg.repeat):
+                    runs.append(self.triangle_round(routers, f"bench.t.{i}", count, client=client))
                 row = self.median(name, runs, base, receivers=3)
                 row.router_rss_mib = sum(r.rss_kib() for r in routers) / 1024
         except BenchError as e:
@@ -770,6 +845,96 @@ def pubsub(guarantee: str | None, store: str | None = None) -> Callable[[Bench],
         return row
 
     return scenario
+
+
+def pubsub_client(guarantee: str | None, store: str | None = None) -> Callable[[Bench], Row]:
+    """Issue 15, item 2: the pubsub rows with qrouter.client at both ends (client_load.py,
+    one process per client as amqp_load): the links an application of that kind uses —
+    plain: durability 0; at-least-once: durable links, resumed on reconnect; exactly-once:
+    durable links with receiver-settle-mode second. The publisher keeps `--credit`
+    deliveries unsettled at most."""
+
+    def scenario(b: Bench) -> Row:
+        what = guarantee or "plain multicast"
+        name = f"1→3 on 3 routers, {what}" + (f", {store} store" if store else "")
+        name += ", qrouter.client"
+        spec = "multicast" + (f",{guarantee}" if guarantee else "")
+        count = b.cfg.count if guarantee is None else min(b.cfg.count, 20_000)
+        runs: list[Run] = []
+        row = b.triangle(
+            name, spec, count=count, store=store, client=guarantee or "plain", runs=runs
+        )
+        if guarantee is None:
+            b.client_plain = row.msgs_per_s
+        of_plain = ""
+        if guarantee and row.msgs_per_s and b.client_plain:
+            of_plain = f"; {row.msgs_per_s / b.client_plain:.3f} of plain multicast (client)"
+        # the publisher's own CPU per message: a Python client may be what limits the rate
+        pub = (
+            statistics.median(r.sender_cpu_s * 1e6 / r.sent for r in runs if r.sent) if runs else 0
+        )
+        row.note = row.note or (
+            f"msg/s in ({count:,} msgs){of_plain}; CPU and RSS of the 3 routers; "
+            f"publisher CPU {pub:.0f} µs/msg"
+        )
+        return row
+
+    return scenario
+
+
+# the rows of the accept-latency scenarios: (guarantee, store)
+ACCEPT_ROWS: tuple[tuple[str | None, str | None], ...] = (
+    (None, None),
+    ("at-least-once", None),
+    ("exactly-once", None),
+    ("exactly-once", "lmdb"),
+)
+ACCEPT_P99_TARGET_US = 5_000  # issue 15, item 2: at 2,000 msg/s
+
+
+def accept_latency(client: bool) -> Callable[[Bench], None]:
+    """Issue 15, item 2: the publisher's accept latency (its transfer → the outcome arriving,
+    timed by the sender) on the triangle at a fixed `--rate` (10 s of messages), plain
+    multicast, at-least-once and exactly-once (memory, LMDB), beside the direct run at that
+    rate; amqp_load (settle-first publisher) or, with `client`, client_load.py. The median of
+    the runs by accept p99; the p50–p99 columns are the subscribers' one-way latency."""
+
+    def scenario(b: Bench) -> None:
+        rate = b.cfg.rate
+        direct = b.direct(False, rate)
+        if direct.accept_p99_us and not direct.note:
+            direct.note = f"accept p50 / p99 {direct.accept_p50_us} / {direct.accept_p99_us} µs"
+        for guarantee, store in ACCEPT_ROWS:
+            b.rows.append(_accept_row(b, guarantee, store, rate, client))
+
+    return scenario
+
+
+def _accept_row(b: Bench, guarantee: str | None, store: str | None, rate: int, client: bool) -> Row:
+    name = f"1→3 on 3 routers, {guarantee or 'plain multicast'}"
+    name += (f", {store} store" if store else "") + f" @{rate}/s"
+    name += ", qrouter.client" if client else ""
+    spec = "multicast" + (f",{guarantee}" if guarantee else "")
+    mode = (guarantee or "plain") if client else None
+    try:
+        with b.triangle_routers(name, spec, store) as routers:
+            runs = [
+                b.triangle_round(routers, f"bench.t.{i}", b.count(rate), rate=rate, client=mode)
+                for i in range(b.cfg.repeat)
+            ]
+            rss = sum(r.rss_kib() for r in routers) / 1024
+    except BenchError as e:
+        return Row(name, note=str(e))
+    median = sorted(runs, key=lambda r: r.acc_p99)[len(runs) // 2]
+    row = b.median(name, [median], None, receivers=3, rate=rate)
+    row.runs = [round(r.rate) for r in runs]
+    row.router_rss_mib = rss
+    row.note = row.note or (
+        f"accept p50 / p90 / p99 {median.acc_p50} / {median.acc_p90} / {median.acc_p99} µs"
+        f" (target p99 ≤ {ACCEPT_P99_TARGET_US:,}); accept p99 of each run "
+        + " / ".join(str(r.acc_p99) for r in runs)
+    )
+    return row
 
 
 EO_RSS_TOTAL = 1_000_000  # guaranteed messages over the whole run (issue 15, item 3)
@@ -1015,6 +1180,12 @@ SCENARIOS: dict[str, Callable[[Bench], Row | None]] = {
     "mesh-at-least-once": pubsub("at-least-once"),
     "mesh-exactly-once": pubsub("exactly-once"),
     "mesh-exactly-once-lmdb": pubsub("exactly-once", "lmdb"),
+    "mesh-multicast-client": pubsub_client(None),
+    "mesh-at-least-once-client": pubsub_client("at-least-once"),
+    "mesh-exactly-once-client": pubsub_client("exactly-once"),
+    "mesh-exactly-once-lmdb-client": pubsub_client("exactly-once", "lmdb"),
+    "mesh-accept-latency": accept_latency(client=False),
+    "mesh-accept-latency-client": accept_latency(client=True),
     "mesh-exactly-once-rss": eo_rss(),
     "mesh-exactly-once-lmdb-rss": eo_rss("lmdb"),
     "latency": latency,
@@ -1117,7 +1288,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     p.add_argument("--body", type=int, default=100, help="body size, bytes (≥ 8)")
     p.add_argument("--credit", type=int, default=1000, help="receiver credit window")
-    p.add_argument("--rate", type=int, default=2000, help="msg/s of the latency scenario")
+    p.add_argument(
+        "--rate", type=int, default=2000, help="msg/s of latency and mesh-accept-latency*"
+    )
     p.add_argument("--idle-n", type=int, default=1000, help="idle connections / links measured")
     p.add_argument("--abuse-kinds", default=None, help="the abuse scenario's abusers")
     p.add_argument("--amqp-load", type=Path, help="a prebuilt amqp_load binary")
