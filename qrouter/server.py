@@ -96,11 +96,22 @@ class AmqpProtocol(asyncio.Protocol):
         self._schedule_tick()
 
     def data_received(self, data: bytes) -> None:
-        if self.conn is None:  # refused (conn_rate.py), its reading paused: bytes read before
+        conn = self.conn
+        if conn is None:  # refused (conn_rate.py), its reading paused: bytes read before
             return
-        self.conn.feed(data)
-        if len(data) <= FLUSH_NOW_BYTES:
-            self.core.engine.flush()
+        # fed, and flushed at once after a small read (read_path.pxi); a read of transfers,
+        # flows and dispositions only, with the control-frame bucket not in debt, leaves the
+        # steps of _after_read nothing to do
+        if (
+            conn.received(data, FLUSH_NOW_BYTES)
+            or self.tokens < 0
+            or self.busy is not None
+            or conn.remote_idle_timeout_ms != self.tick_remote
+        ):
+            self._after_read()
+
+    def _after_read(self) -> None:
+        assert self.conn is not None
         if self.busy is not None:
             self.busy.activity()
         over = self._spend()  # charged whether or not it yielded

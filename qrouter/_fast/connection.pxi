@@ -115,7 +115,7 @@ cdef class Connection:
 
     # --- Python API ---------------------------------------------------------------------------
 
-    def feed(self, data):
+    cpdef feed(self, data):
         """Consume bytes read from the socket."""
         cdef bytes b
         if self.state == CS_CLOSED or self.closing:
@@ -186,6 +186,12 @@ cdef class Connection:
         complete_sasl. Until then nothing after the sasl-init (or -response) is read (5.3.2:
         the outcome ends the SASL layer); the bytes are held, at most max-frame-size of them."""
         self.sasl_pending = True
+
+    def received(self, data, Py_ssize_t flush_now_bytes):
+        """A socket read (the server's data_received): `feed(data)`, and after a read of at
+        most `flush_now_bytes` the router's flush at once (read_path.pxi). True when the
+        control plane has work: the read held control frames, or the engine yielded."""
+        return read_received(self, data, flush_now_bytes)
 
     def complete_sasl(self, result):
         """The outcome of a deferred SASL check: a user name or True (accepted), False

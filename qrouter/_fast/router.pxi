@@ -17,6 +17,7 @@ cdef class Router:
     cdef list dirty                  # connections with output to write
     cdef public object schedule      # callable(callback): run callback soon (loop.call_soon)
     cdef bint flush_scheduled
+    cdef bint eager                  # read_path.pxi: a small read is fed, its flush follows
     cdef public int64_t link_capacity
     cdef public object resolver      # callable(str) -> distribution name, for anonymous `to`
     cdef public str container_id
@@ -81,7 +82,7 @@ cdef class Router:
         return monotonic()
 
     cdef void schedule_flush(self) noexcept:
-        if not self.flush_scheduled and self.schedule is not None:
+        if not self.flush_scheduled and not self.eager and self.schedule is not None:
             self.flush_scheduled = True
             try:
                 self.schedule(self.flush)
@@ -90,7 +91,7 @@ cdef class Router:
 
     cdef inline void mark_dirty(self, Connection c) noexcept:
         self.dirty.append(c)
-        if not self.flush_scheduled and self.schedule is not None:
+        if not self.flush_scheduled and not self.eager and self.schedule is not None:
             self.flush_scheduled = True
             try:
                 self.schedule(self.flush)
@@ -99,6 +100,9 @@ cdef class Router:
 
     def flush(self):
         """Write every touched connection's output to its transport (one write each)."""
+        self.flush_now()
+
+    cdef int flush_now(self) except -1:
         cdef Connection c
         cdef list dirty
         self.flush_scheduled = False
