@@ -5,7 +5,6 @@ which runs `TopicRouter` and so this code."""
 from __future__ import annotations
 
 from qrouter._fast.eo_core import EoCore
-
 from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter
 
 # STATE_V2 records written by the pure-Python records.py (before eo_core): a store written by
