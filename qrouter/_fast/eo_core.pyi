@@ -1,6 +1,7 @@
 """Types of qrouter/_fast/eo_core.pyx (the per-message half of the exactly-once protocol)."""
 
 from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Sub = tuple[str, str]
@@ -146,3 +147,12 @@ class EoCore:
     def _log(self, level: str, text: str) -> None: ...
     def _tag(self, pub: tuple[str, str], tag: bytes) -> bytes: ...
     def _flush(self) -> None: ...
+
+def stage_writes(
+    writes: dict[bytes, Any],
+    prefix: bytes,
+    puts: Mapping[bytes, bytes],
+    records: Mapping[bytes, OriginRecord] | None,
+    deletes: Iterable[bytes],
+) -> bool: ...
+def split_writes(writes: dict[bytes, Any]) -> tuple[dict[bytes, bytes], set[bytes]]: ...

@@ -1001,3 +1001,35 @@ cdef class EoCore:
 
     def _flush(self):
         self._c_flush()
+
+
+# -- the router's group commit (qrouter/guarantee.py) ----------------------------------------
+
+def stage_writes(dict writes, bytes prefix, dict puts, records, deletes):
+    """A topic's commit into the router's batch `writes` (key -> bytes, None to delete, or an
+    origin record to encode at the batch's commit): deletes first, then puts, then records,
+    every key under `prefix`. True if anything was put (the topic's mark is then due)."""
+    for key in deletes:
+        writes[prefix + key] = None
+    for key, value in puts.items():
+        writes[prefix + key] = value
+    if records is None:
+        return bool(puts)
+    for key, rec in (<dict?>records).items():
+        writes[prefix + key] = rec
+    return bool(puts) or bool(records)
+
+
+def split_writes(dict writes):
+    """The batch `writes` as (puts, deletes) for the store: each origin record encoded once,
+    in the state the loop iteration left it in."""
+    cdef dict puts = {}
+    cdef set deletes = set()
+    for key, value in writes.items():
+        if value is None:
+            deletes.add(key)
+        elif isinstance(value, bytes):
+            puts[key] = value
+        else:
+            puts[key] = value.encode_state()
+    return puts, deletes
