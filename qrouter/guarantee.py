@@ -111,37 +111,29 @@ class _Port:
         self.g = g
         self.topic = topic
         self.resend_tags: list[bytes] = []
-        # staged as (bound output method, arguments): no name to look up when applied
-        self._to_router = g._out_to_router
-        self._deliver = g._out_deliver
-        self._settle_subscriber = g._out_settle_subscriber
-        self._accept_publisher = g._out_accept_publisher
-
-    # each output staged as Guarantees.stage does, inline (one Python call less per output)
+        # what each staged output applies (`Guarantees.stage`); the compiled core stages
+        # them itself through this map (EoCore._stage), without calling the methods below
+        self.appliers: dict[str, Callable[..., None]] = {
+            "to_router": g._out_to_router,
+            "deliver": g._out_deliver,
+            "settle_subscriber": g._out_settle_subscriber,
+            "accept_publisher": self.apply_accept,
+        }
 
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
-        g = self.g
-        g.outputs.append((self._to_router, (router_id, message)))
-        if not g.scheduled:
-            g.schedule()
+        self.g.stage(self.appliers["to_router"], (router_id, message))
 
     def deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
-        g = self.g
-        g.outputs.append((self._deliver, (att, out_tag, body, resume)))
-        if not g.scheduled:
-            g.schedule()
+        self.g.stage(self.appliers["deliver"], (att, out_tag, body, resume))
 
     def settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
-        g = self.g
-        g.outputs.append((self._settle_subscriber, (att, out_tag)))
-        if not g.scheduled:
-            g.schedule()
+        self.g.stage(self.appliers["settle_subscriber"], (att, out_tag))
 
     def accept_publisher(self, pub: Pub, tag: bytes) -> None:
-        g = self.g
-        g.outputs.append((self._accept_publisher, (self.topic, pub, tag)))
-        if not g.scheduled:
-            g.schedule()
+        self.g.stage(self.appliers["accept_publisher"], (pub, tag))
+
+    def apply_accept(self, pub: Pub, tag: bytes) -> None:
+        self.g._out_accept_publisher(self.topic, pub, tag)
 
     def resend(self, pub: Pub, tags: list[bytes]) -> None:
         self.resend_tags.extend(tags)  # read by attach_publisher for its reply
@@ -285,6 +277,7 @@ class Guarantees:
             now=self.now(),
             first_att=self.next_att,  # attachment ids stay unique if it was dropped before
         )
+        t._stage = (self, port.appliers)  # the core stages its outputs itself
         self.topics[name] = t
         self.ports[name] = port
         now = self.now()
@@ -528,9 +521,9 @@ class Guarantees:
         resend = set(port.resend_tags)
         # accept_publisher outputs of this attach are staged: read them for the reply map
         accepted = {
-            args[2]
+            args[1]
             for apply, args in self.outputs
-            if apply == self._out_accept_publisher and args[1] == pub
+            if getattr(apply, "__func__", None) is _Port.apply_accept and args[0] == pub
         }
         ours = {
             tag: (ACCEPTED_STATE if tag in accepted else None)
@@ -627,7 +620,7 @@ class Guarantees:
             t.publisher_transfer(p.pub, tag, payload, now)
             if tag in p.accepted:
                 p.accepted.discard(tag)
-                self.stage(self._out_accept_publisher, (p.topic, p.pub, tag))
+                self.stage(self.ports[p.topic].apply_accept, (p.pub, tag))
         self._top_up(p)
 
     def on_settled(self, link: Link, d: Any) -> None:

@@ -121,6 +121,7 @@ class EoCore:
     _dels: set[bytes]
     _dirty: dict[bytes, OriginRecord]
     _sends: list[tuple[str, tuple[Any, ...]]]
+    _stage: tuple[Any, dict[str, Any]] | None
     def publisher_transfer(
         self, pub: tuple[str, str], tag: bytes, body: bytes, now: float
     ) -> None: ...

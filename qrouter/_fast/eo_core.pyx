@@ -500,6 +500,9 @@ cdef class EoCore:
     cdef public set _dels
     cdef public dict _dirty
     cdef public list _sends
+    # the router's staging (qrouter/guarantee.py): (Guarantees, {output: its applier}); None:
+    # every output is a call of the port
+    cdef public object _stage
     cdef object _unsafe
     cdef bint _accept_early
     cdef bint _drop_on_settle
@@ -943,8 +946,22 @@ cdef class EoCore:
         cdef list sends = self._sends
         self._sends = []
         port = self._port
+        if self._stage is None:
+            for method, args in sends:
+                getattr(port, method)(*args)
+            return
+        # the router applies the outputs after its commit: each goes on its list as the port
+        # would put it there (Guarantees.stage), without a Python call per output
+        cdef dict appliers
+        g, appliers = self._stage
         for method, args in sends:
-            getattr(port, method)(*args)
+            apply = appliers.get(method)
+            if apply is None:
+                getattr(port, method)(*args)  # log, resend: at once, as the port does them
+            else:
+                (<list?>g.outputs).append((apply, args))
+                if not g.scheduled:
+                    g.schedule()
 
     # -- the same, for protocol.py ---------------------------------------------------------
 
