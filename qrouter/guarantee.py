@@ -266,10 +266,11 @@ class Guarantees:
             return t
         mode = self.guarantee_of(name) or EXACTLY_ONCE
         port = _Port(self, name)
+        store = _TopicStore(self, name)
         t = TopicRouter(
             self.router_id,
             port,
-            _TopicStore(self, name),
+            store,
             instance=self.instance,
             topic=name,
             mode=mode,
@@ -277,7 +278,9 @@ class Guarantees:
             now=self.now(),
             first_att=self.next_att,  # attachment ids stay unique if it was dropped before
         )
-        t._stage = (self, port.appliers)  # the core stages its outputs itself
+        # the core stages its commits and outputs itself (as _TopicStore and _Port would)
+        t._stage = (self, port.appliers)
+        t._commit_to = (self, store.prefix, store.mark)
         self.topics[name] = t
         self.ports[name] = port
         now = self.now()
@@ -785,23 +788,26 @@ class Guarantees:
         elif not isinstance(messages, list):
             messages = [None]
         now = self.now()
+        topics = self.topics
         for message in messages:
-            if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
+            name = message.get("topic") if isinstance(message, dict) else None
+            if not isinstance(name, str):
                 self.dropped += 1
                 log.warning("undecodable guaranteed-topic message from %r dropped", src)
                 continue
-            name = message["topic"]
-            if name not in self.topics and self.guarantee_of(name) is None:
-                self._lacking(src, name, message.get("op"))
-                continue
-            if name not in self.topics and message.get("op") in ("PING", "PONG"):
-                # nothing here about the topic (dropped idle, or never made): everything we
-                # sent on this channel before has arrived, so PONG at once; no state made
-                if message.get("op") == "PING" and isinstance(message.get("e"), int):
-                    self._out_to_router(src, make("PONG", name, e=message["e"]))
-                continue
-            t = self.topics.get(name) or self.topic(name)
-            assert t is not None
+            t = topics.get(name)
+            if t is None:
+                if self.guarantee_of(name) is None:
+                    self._lacking(src, name, message.get("op"))
+                    continue
+                if message.get("op") in ("PING", "PONG"):
+                    # nothing here about the topic (dropped idle, or never made): everything
+                    # we sent on this channel before has arrived, so PONG at once; no state
+                    if message.get("op") == "PING" and isinstance(message.get("e"), int):
+                        self._out_to_router(src, make("PONG", name, e=message["e"]))
+                    continue
+                t = self.topic(name)
+                assert t is not None
             t.receive(src, message, now)
 
 

@@ -122,6 +122,7 @@ class EoCore:
     _dirty: dict[bytes, OriginRecord]
     _sends: list[tuple[str, tuple[Any, ...]]]
     _stage: tuple[Any, dict[str, Any]] | None
+    _commit_to: tuple[Any, bytes, bytes] | None
     def publisher_transfer(
         self, pub: tuple[str, str], tag: bytes, body: bytes, now: float
     ) -> None: ...
