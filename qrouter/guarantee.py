@@ -39,6 +39,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.codec import Described, UByte, ULong, encode
@@ -117,7 +118,8 @@ class _Port:
             "to_router": g._out_to_router,
             "deliver": g._out_deliver,
             "settle_subscriber": g._out_settle_subscriber,
-            "accept_publisher": self.apply_accept,
+            # (a partial, not a method of ours: no Python frame when applied)
+            "accept_publisher": partial(g._out_accept_publisher, topic),
         }
 
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
@@ -131,9 +133,6 @@ class _Port:
 
     def accept_publisher(self, pub: Pub, tag: bytes) -> None:
         self.g.stage(self.appliers["accept_publisher"], (pub, tag))
-
-    def apply_accept(self, pub: Pub, tag: bytes) -> None:
-        self.g._out_accept_publisher(self.topic, pub, tag)
 
     def resend(self, pub: Pub, tags: list[bytes]) -> None:
         self.resend_tags.extend(tags)  # read by attach_publisher for its reply
@@ -360,7 +359,7 @@ class Guarantees:
                 try:
                     apply(*args)
                 except Exception:  # noqa: BLE001 - one bad output must not stop the others
-                    log.exception("guaranteed topics: applying %s failed", apply.__name__)
+                    log.exception("guaranteed topics: applying %r failed", apply)
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
@@ -526,7 +525,7 @@ class Guarantees:
         accepted = {
             args[1]
             for apply, args in self.outputs
-            if getattr(apply, "__func__", None) is _Port.apply_accept and args[0] == pub
+            if getattr(apply, "func", None) == self._out_accept_publisher and args[0] == pub
         }
         ours = {
             tag: (ACCEPTED_STATE if tag in accepted else None)
@@ -623,7 +622,7 @@ class Guarantees:
             t.publisher_transfer(p.pub, tag, payload, now)
             if tag in p.accepted:
                 p.accepted.discard(tag)
-                self.stage(self.ports[p.topic].apply_accept, (p.pub, tag))
+                self.stage(self.ports[p.topic].appliers["accept_publisher"], (p.pub, tag))
         self._top_up(p)
 
     def on_settled(self, link: Link, d: Any) -> None:
