@@ -91,6 +91,10 @@ class _Pub:
     deliveries: dict[bytes, Any] = field(default_factory=dict)  # tag -> engine Delivery
     presettled: set[bytes] = field(default_factory=set)  # sent settled: settle on acceptance
     accepted: set[bytes] = field(default_factory=set)  # accepted before it was resent
+    key: tuple[str, Pub] = ("", ("", ""))  # (topic, pub): its key in Guarantees.pubs
+
+    def __post_init__(self) -> None:
+        self.key = (self.topic, self.pub)
 
 
 @dataclass(eq=False)
@@ -475,7 +479,7 @@ class Guarantees:
             p.accepted.add(tag)  # it is being resent: accept it when it arrives
             return
         d.update(ACCEPTED, None, settle=p.settle_first)
-        self.accepted_tags.add((topic, pub), tag, self.now())
+        self.accepted_tags.add(p.key, tag, self.now())
         if p.settle_first:
             del p.deliveries[tag]
             t = self.topics.get(topic)
@@ -607,7 +611,7 @@ class Guarantees:
         if d.is_presettled and d.resumed and not payload:
             p.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
             t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
-        elif not d.is_presettled and self.accepted_tags.accepted((p.topic, p.pub), tag, now):
+        elif not d.is_presettled and self.accepted_tags.accepted(p.key, tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
             # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
             p.accepted.discard(tag)
