@@ -479,12 +479,13 @@ class Guarantees:
             p.accepted.add(tag)  # it is being resent: accept it when it arrives
             return
         d.update(ACCEPTED, None, settle=p.settle_first)
-        self.accepted_tags.add(p.key, tag, self.now())
+        now = self.now()
+        self.accepted_tags.add(p.key, tag, now)
         if p.settle_first:
             del p.deliveries[tag]
             t = self.topics.get(topic)
             if t is not None:
-                t.publisher_settled(pub, tag, self.now())
+                t.publisher_settled(pub, tag, now)
             self._top_up(p)
 
     def _input(self, topic: str, method: str, *args: Any) -> None:
