@@ -37,12 +37,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.codec import Described, UByte, ULong, encode
 from qrouter._fast.engine import Link, source_value, state_code, target_value
+from qrouter._fast.eo_core import split_writes, stage_writes
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from qrouter.eo.dedup import AcceptedTags
 from qrouter.eo.messages import make
@@ -89,6 +91,10 @@ class _Pub:
     deliveries: dict[bytes, Any] = field(default_factory=dict)  # tag -> engine Delivery
     presettled: set[bytes] = field(default_factory=set)  # sent settled: settle on acceptance
     accepted: set[bytes] = field(default_factory=set)  # accepted before it was resent
+    key: tuple[str, Pub] = ("", ("", ""))  # (topic, pub): its key in Guarantees.pubs
+
+    def __post_init__(self) -> None:
+        self.key = (self.topic, self.pub)
 
 
 @dataclass(eq=False)
@@ -110,18 +116,27 @@ class _Port:
         self.g = g
         self.topic = topic
         self.resend_tags: list[bytes] = []
+        # what each staged output applies (`Guarantees.stage`); the compiled core stages
+        # them itself through this map (EoCore._stage), without calling the methods below
+        self.appliers: dict[str, Callable[..., None]] = {
+            "to_router": g._out_to_router,
+            "deliver": g._out_deliver,
+            "settle_subscriber": g._out_settle_subscriber,
+            # (a partial, not a method of ours: no Python frame when applied)
+            "accept_publisher": partial(g._out_accept_publisher, topic),
+        }
 
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
-        self.g.stage(("to_router", router_id, message))
+        self.g.stage(self.appliers["to_router"], (router_id, message))
 
     def deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
-        self.g.stage(("deliver", att, out_tag, body, resume))
+        self.g.stage(self.appliers["deliver"], (att, out_tag, body, resume))
 
     def settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
-        self.g.stage(("settle_subscriber", att, out_tag))
+        self.g.stage(self.appliers["settle_subscriber"], (att, out_tag))
 
     def accept_publisher(self, pub: Pub, tag: bytes) -> None:
-        self.g.stage(("accept_publisher", self.topic, pub, tag))
+        self.g.stage(self.appliers["accept_publisher"], (pub, tag))
 
     def resend(self, pub: Pub, tags: list[bytes]) -> None:
         self.resend_tags.extend(tags)  # read by attach_publisher for its reply
@@ -139,13 +154,8 @@ class _TopicStore:
         self.mark = TOPIC_MARK + topic.encode()
 
     def commit(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
-        w = self.g.writes
-        for key in deletes:
-            w[self.prefix + key] = None
-        for key, value in puts.items():
-            w[self.prefix + key] = value
-        if puts:
-            w[self.mark] = b""
+        if stage_writes(self.g.writes, self.prefix, puts, None, deletes):
+            self.g.writes[self.mark] = b""
         self.g.schedule()
 
     def commit_records(
@@ -157,15 +167,8 @@ class _TopicStore:
         """`commit`, with origin records staged as they are: `Guarantees.flush` encodes each
         once per loop iteration, in the state the iteration left it in (the same bytes the
         last of its per-input commits would have written)."""
-        w = self.g.writes
-        for key in deletes:
-            w[self.prefix + key] = None
-        for key, value in puts.items():
-            w[self.prefix + key] = value
-        for key, rec in records.items():
-            w[self.prefix + key] = rec
-        if puts or records:
-            w[self.mark] = b""
+        if stage_writes(self.g.writes, self.prefix, puts, records, deletes):
+            self.g.writes[self.mark] = b""
         self.g.schedule()
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -196,7 +199,7 @@ class Guarantees:
         self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
         # bytes, None (delete) or an origin record to encode at the commit
         self.writes: dict[bytes, bytes | OriginRecord | None] = {}
-        self.outputs: list[tuple[Any, ...]] = []
+        self.outputs: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # (apply, args)
         self.batches: dict[int, list[dict[str, Any]]] = {}  # next hop -> envelopes to send
         # this iteration's envelope per (router, epoch, next hop): our messages to a router
         # share one envelope, one sequence number ("ms", in order)
@@ -266,10 +269,11 @@ class Guarantees:
             return t
         mode = self.guarantee_of(name) or EXACTLY_ONCE
         port = _Port(self, name)
+        store = _TopicStore(self, name)
         t = TopicRouter(
             self.router_id,
             port,
-            _TopicStore(self, name),
+            store,
             instance=self.instance,
             topic=name,
             mode=mode,
@@ -277,6 +281,9 @@ class Guarantees:
             now=self.now(),
             first_att=self.next_att,  # attachment ids stay unique if it was dropped before
         )
+        # the core stages its commits and outputs itself (as _TopicStore and _Port would)
+        t._stage = (self, port.appliers)
+        t._commit_to = (self, store.prefix, store.mark)
         self.topics[name] = t
         self.ports[name] = port
         now = self.now()
@@ -312,9 +319,11 @@ class Guarantees:
             for key in sorted(k for k in self.memory if k.startswith(prefix)):
                 yield key, self.memory[key]
 
-    def stage(self, output: tuple[Any, ...]) -> None:
-        self.outputs.append(output)
-        self.schedule()
+    def stage(self, apply: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """An output to apply after the iteration's commit: `apply(*args)`."""
+        self.outputs.append((apply, args))
+        if not self.scheduled:
+            self.schedule()
 
     def schedule(self) -> None:
         if not self.scheduled and self.loop is not None:
@@ -331,13 +340,8 @@ class Guarantees:
             return
         while self.writes or self.outputs:
             if self.writes:
-                writes = self.writes
-                puts = {
-                    k: v if isinstance(v, bytes) else v.encode_state()
-                    for k, v in writes.items()
-                    if v is not None
-                }
-                deletes = {k for k, v in writes.items() if v is None}
+                # each origin record encoded once, in the state the iteration left it in
+                puts, deletes = split_writes(self.writes)
                 if self.store is not None:
                     try:
                         check_injected()
@@ -355,11 +359,11 @@ class Guarantees:
                     self.memory.update(puts)
                 self.writes = {}
             outputs, self.outputs = self.outputs, []
-            for output in outputs:
+            for apply, args in outputs:
                 try:
-                    getattr(self, "_out_" + output[0])(*output[1:])
+                    apply(*args)
                 except Exception:  # noqa: BLE001 - one bad output must not stop the others
-                    log.exception("guaranteed topics: applying %s failed", output[0])
+                    log.exception("guaranteed topics: applying %r failed", apply)
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
@@ -475,10 +479,13 @@ class Guarantees:
             p.accepted.add(tag)  # it is being resent: accept it when it arrives
             return
         d.update(ACCEPTED, None, settle=p.settle_first)
-        self.accepted_tags.add((topic, pub), tag, self.now())
+        now = self.now()
+        self.accepted_tags.add(p.key, tag, now)
         if p.settle_first:
             del p.deliveries[tag]
-            self._input(topic, "publisher_settled", pub, tag)
+            t = self.topics.get(topic)
+            if t is not None:
+                t.publisher_settled(pub, tag, now)
             self._top_up(p)
 
     def _input(self, topic: str, method: str, *args: Any) -> None:
@@ -520,7 +527,11 @@ class Guarantees:
         t.publisher_attached(pub, list(peer_map.items()), self.now(), resumable=resumable)
         resend = set(port.resend_tags)
         # accept_publisher outputs of this attach are staged: read them for the reply map
-        accepted = {o[3] for o in self.outputs if o[0] == "accept_publisher" and o[2] == pub}
+        accepted = {
+            args[1]
+            for apply, args in self.outputs
+            if getattr(apply, "func", None) == self._out_accept_publisher and args[0] == pub
+        }
         ours = {
             tag: (ACCEPTED_STATE if tag in accepted else None)
             for tag in peer_map
@@ -601,7 +612,7 @@ class Guarantees:
         if d.is_presettled and d.resumed and not payload:
             p.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
             t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
-        elif not d.is_presettled and self.accepted_tags.accepted((p.topic, p.pub), tag, now):
+        elif not d.is_presettled and self.accepted_tags.accepted(p.key, tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
             # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
             p.accepted.discard(tag)
@@ -616,7 +627,7 @@ class Guarantees:
             t.publisher_transfer(p.pub, tag, payload, now)
             if tag in p.accepted:
                 p.accepted.discard(tag)
-                self.stage(("accept_publisher", p.topic, p.pub, tag))
+                self.stage(self.ports[p.topic].appliers["accept_publisher"], (p.pub, tag))
         self._top_up(p)
 
     def on_settled(self, link: Link, d: Any) -> None:
@@ -781,23 +792,26 @@ class Guarantees:
         elif not isinstance(messages, list):
             messages = [None]
         now = self.now()
+        topics = self.topics
         for message in messages:
-            if not isinstance(message, dict) or not isinstance(message.get("topic"), str):
+            name = message.get("topic") if isinstance(message, dict) else None
+            if not isinstance(name, str):
                 self.dropped += 1
                 log.warning("undecodable guaranteed-topic message from %r dropped", src)
                 continue
-            name = message["topic"]
-            if self.guarantee_of(name) is None and name not in self.topics:
-                self._lacking(src, name, message.get("op"))
-                continue
-            if name not in self.topics and message.get("op") in ("PING", "PONG"):
-                # nothing here about the topic (dropped idle, or never made): everything we
-                # sent on this channel before has arrived, so PONG at once; no state made
-                if message.get("op") == "PING" and isinstance(message.get("e"), int):
-                    self._out_to_router(src, make("PONG", name, e=message["e"]))
-                continue
-            t = self.topic(name)
-            assert t is not None
+            t = topics.get(name)
+            if t is None:
+                if self.guarantee_of(name) is None:
+                    self._lacking(src, name, message.get("op"))
+                    continue
+                if message.get("op") in ("PING", "PONG"):
+                    # nothing here about the topic (dropped idle, or never made): everything
+                    # we sent on this channel before has arrived, so PONG at once; no state
+                    if message.get("op") == "PING" and isinstance(message.get("e"), int):
+                        self._out_to_router(src, make("PONG", name, e=message["e"]))
+                    continue
+                t = self.topic(name)
+                assert t is not None
             t.receive(src, message, now)
 
 

@@ -1,6 +1,7 @@
 """Types of qrouter/_fast/eo_core.pyx (the per-message half of the exactly-once protocol)."""
 
 from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Sub = tuple[str, str]
@@ -120,6 +121,8 @@ class EoCore:
     _dels: set[bytes]
     _dirty: dict[bytes, OriginRecord]
     _sends: list[tuple[str, tuple[Any, ...]]]
+    _stage: tuple[Any, dict[str, Any]] | None
+    _commit_to: tuple[Any, bytes, bytes] | None
     def publisher_transfer(
         self, pub: tuple[str, str], tag: bytes, body: bytes, now: float
     ) -> None: ...
@@ -146,3 +149,12 @@ class EoCore:
     def _log(self, level: str, text: str) -> None: ...
     def _tag(self, pub: tuple[str, str], tag: bytes) -> bytes: ...
     def _flush(self) -> None: ...
+
+def stage_writes(
+    writes: dict[bytes, Any],
+    prefix: bytes,
+    puts: Mapping[bytes, bytes],
+    records: Mapping[bytes, OriginRecord] | None,
+    deletes: Iterable[bytes],
+) -> bool: ...
+def split_writes(writes: dict[bytes, Any]) -> tuple[dict[bytes, bytes], set[bytes]]: ...

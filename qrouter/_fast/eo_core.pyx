@@ -500,6 +500,12 @@ cdef class EoCore:
     cdef public set _dels
     cdef public dict _dirty
     cdef public list _sends
+    # the router's staging (qrouter/guarantee.py): (Guarantees, {output: its applier}); None:
+    # every output is a call of the port
+    cdef public object _stage
+    # the router's group commit (qrouter/guarantee.py): (Guarantees, key prefix, topic mark);
+    # None: commits go to the store object
+    cdef public object _commit_to
     cdef object _unsafe
     cdef bint _accept_early
     cdef bint _drop_on_settle
@@ -931,20 +937,43 @@ cdef class EoCore:
         if self._puts or self._dels or self._dirty:
             puts, dels, dirty = self._puts, self._dels, self._dirty
             self._puts, self._dels, self._dirty = {}, set(), {}
-            commit_records = getattr(self._store, "commit_records", None)
-            if commit_records is not None:
-                # the store encodes the records when it commits its batch (the router's,
-                # once per loop iteration however many inputs touched a record)
-                commit_records(puts, dirty, dels)
+            if self._commit_to is not None:
+                # _TopicStore.commit_records, without its Python frame
+                g, prefix, mark = self._commit_to
+                writes = g.writes
+                if _stage_writes(writes, prefix, puts, dirty, dels):
+                    writes[mark] = b""
+                if not g.scheduled:
+                    g.schedule()
             else:
-                for key, rec in dirty.items():
-                    puts[key] = rec.encode_state()
-                self._store.commit(puts, dels)
+                commit_records = getattr(self._store, "commit_records", None)
+                if commit_records is not None:
+                    # the store encodes the records when it commits its batch (the router's,
+                    # once per loop iteration however many inputs touched a record)
+                    commit_records(puts, dirty, dels)
+                else:
+                    for key, rec in dirty.items():
+                        puts[key] = rec.encode_state()
+                    self._store.commit(puts, dels)
         cdef list sends = self._sends
         self._sends = []
         port = self._port
+        if self._stage is None:
+            for method, args in sends:
+                getattr(port, method)(*args)
+            return
+        # the router applies the outputs after its commit: each goes on its list as the port
+        # would put it there (Guarantees.stage), without a Python call per output
+        cdef dict appliers
+        g, appliers = self._stage
         for method, args in sends:
-            getattr(port, method)(*args)
+            apply = appliers.get(method)
+            if apply is None:
+                getattr(port, method)(*args)  # log, resend: at once, as the port does them
+            else:
+                (<list?>g.outputs).append((apply, args))
+                if not g.scheduled:
+                    g.schedule()
 
     # -- the same, for protocol.py ---------------------------------------------------------
 
@@ -1001,3 +1030,39 @@ cdef class EoCore:
 
     def _flush(self):
         self._c_flush()
+
+
+# -- the router's group commit (qrouter/guarantee.py) ----------------------------------------
+
+def stage_writes(dict writes, bytes prefix, puts, records, deletes):
+    """A topic's commit into the router's batch `writes` (key -> bytes, None to delete, or an
+    origin record to encode at the batch's commit): deletes first, then puts, then records,
+    every key under `prefix`. True if anything was put (the topic's mark is then due)."""
+    return _stage_writes(writes, prefix, puts, records, deletes)
+
+
+cdef bint _stage_writes(dict writes, bytes prefix, puts, records, deletes) except -1:
+    for key in deletes:
+        writes[prefix + key] = None
+    for key, value in puts.items():
+        writes[prefix + key] = value
+    if records is None:
+        return bool(puts)
+    for key, rec in records.items():
+        writes[prefix + key] = rec
+    return bool(puts) or bool(records)
+
+
+def split_writes(dict writes):
+    """The batch `writes` as (puts, deletes) for the store: each origin record encoded once,
+    in the state the loop iteration left it in."""
+    cdef dict puts = {}
+    cdef set deletes = set()
+    for key, value in writes.items():
+        if value is None:
+            deletes.add(key)
+        elif isinstance(value, bytes):
+            puts[key] = value
+        else:
+            puts[key] = value.encode_state()
+    return puts, deletes

@@ -4,8 +4,7 @@ which runs `TopicRouter` and so this code."""
 
 from __future__ import annotations
 
-from qrouter._fast.eo_core import EoCore
-
+from qrouter._fast.eo_core import EoCore, split_writes, stage_writes
 from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter
 
 # STATE_V2 records written by the pure-Python records.py (before eo_core): a store written by
@@ -46,3 +45,18 @@ def test_records_keep_the_dataclass_defaults() -> None:
     local.settled = True
     assert not local.placeholder
     assert LocalRecord(b"t") != local and LocalRecord(b"t") == LocalRecord(b"t")
+
+
+def test_the_router_batch_keeps_the_last_write_and_encodes_records_once() -> None:
+    """stage_writes / split_writes (the router's group commit, qrouter/guarantee.py): a
+    topic's deletes, then puts, then records, under its prefix; at the commit each record
+    is encoded in the state it was left in."""
+    rec = OriginRecord(b"t" * 32, ("p", "l"), b"x", b"b", {("s", "l"): SubState.PENDING})
+    writes: dict[bytes, object] = {b"other": b"1"}
+    assert stage_writes(writes, b"eo/a/", {b"m/1": b"body"}, {b"o/1": rec}, [b"m/1", b"x"])
+    assert not stage_writes(writes, b"eo/a/", {}, None, [b"o/1"])
+    assert stage_writes(writes, b"eo/a/", {}, {b"o/1": rec}, [])
+    rec.settled = True  # after staging: the commit writes this state
+    puts, deletes = split_writes(writes)
+    assert puts == {b"other": b"1", b"eo/a/m/1": b"body", b"eo/a/o/1": rec.encode_state()}
+    assert deletes == {b"eo/a/x"}
