@@ -170,7 +170,37 @@ cdef class _Reader:
 
 # -- records ---------------------------------------------------------------------------------
 
-cdef class OriginRecord:
+cdef class _Record:
+    """What the records keep of the dataclasses they replaced: equality and a repr over their
+    fields (`_NAMES` of the class, in order)."""
+
+    def _names(self):
+        return ()
+
+    def _fields(self):
+        return tuple([getattr(self, name) for name in self._names()])
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self):
+        inner = ", ".join([f"{n}={v!r}" for n, v in zip(self._names(), self._fields())])
+        return f"{type(self).__name__}({inner})"
+
+
+cdef tuple _ORIGIN_NAMES = (
+    "out_tag", "publisher", "tag", "body", "subs", "settled", "accepted_sent", "forwarded",
+    "filled", "settle_sent",
+)
+cdef tuple _LOCAL_NAMES = (
+    "out_tag", "body", "publisher", "tag", "drivers", "subs", "settled", "settled_epoch",
+    "settled_by",
+)
+
+
+cdef class OriginRecord(_Record):
     """At the router that holds (or held) the publisher's link: see qrouter/eo/records.py."""
 
     cdef public bytes out_tag
@@ -209,25 +239,8 @@ cdef class OriginRecord:
         self.filled = set() if filled is None else filled
         self.settle_sent = set() if settle_sent is None else settle_sent
 
-    def _fields(self):
-        return (
-            self.out_tag, self.publisher, self.tag, self.body, self.subs, self.settled,
-            self.accepted_sent, self.forwarded, self.filled, self.settle_sent,
-        )
-
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __repr__(self):
-        return (
-            f"OriginRecord(out_tag={self.out_tag!r}, publisher={self.publisher!r}, "
-            f"tag={self.tag!r}, body={self.body!r}, subs={self.subs!r}, "
-            f"settled={self.settled!r}, accepted_sent={self.accepted_sent!r}, "
-            f"forwarded={self.forwarded!r}, filled={self.filled!r}, "
-            f"settle_sent={self.settle_sent!r})"
-        )
+    def _names(self):
+        return _ORIGIN_NAMES
 
     def pending(self):
         for state in self.subs.values():
@@ -308,7 +321,7 @@ cdef class OriginRecord:
         )
 
 
-cdef class LocalRecord:
+cdef class LocalRecord(_Record):
     """At a router with subscribers: see qrouter/eo/records.py."""
 
     cdef public bytes out_tag
@@ -343,24 +356,8 @@ cdef class LocalRecord:
         self.settled_epoch = settled_epoch
         self.settled_by = set() if settled_by is None else settled_by
 
-    def _fields(self):
-        return (
-            self.out_tag, self.body, self.publisher, self.tag, self.drivers, self.subs,
-            self.settled, self.settled_epoch, self.settled_by,
-        )
-
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __repr__(self):
-        return (
-            f"LocalRecord(out_tag={self.out_tag!r}, body={self.body!r}, "
-            f"publisher={self.publisher!r}, tag={self.tag!r}, drivers={self.drivers!r}, "
-            f"subs={self.subs!r}, settled={self.settled!r}, "
-            f"settled_epoch={self.settled_epoch!r}, settled_by={self.settled_by!r})"
-        )
+    def _names(self):
+        return _LOCAL_NAMES
 
     @property
     def placeholder(self):

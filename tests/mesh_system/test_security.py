@@ -37,6 +37,18 @@ def _tls(certs: MeshCerts, name: str) -> dict[str, Any]:
     return {"tls_cert": str(cert), "tls_key": str(key), "tls_ca": str(certs.ca)}
 
 
+def _external(certs: MeshCerts, name: str) -> dict[str, Any]:
+    """An inter-router listener of `name`'s: mutual TLS, SASL EXTERNAL required, the user the
+    certificate's CN (docs/mesh.md, "Security")."""
+    return {
+        **_tls(certs, name),
+        "require_client_cert": True,
+        "sasl_mechanisms": ["EXTERNAL"],
+        "require_auth": True,
+        "external_user": "cn",
+    }
+
+
 def _start(
     router: Any,
     name: str,
@@ -81,17 +93,11 @@ def test_mutual_tls_external_mesh_joins_and_carries_traffic(router: Any, certs: 
     with SASL EXTERNAL, user = the certificate's CN, only the listed identities admitted;
     traffic crosses two TLS hops (A - B - C)."""
     ids = ["A", "B", "C"]
-    inter = {
-        "require_client_cert": True,
-        "sasl_mechanisms": ["EXTERNAL"],
-        "require_auth": True,
-        "external_user": "cn",
-    }
-    a = _start(router, "A", inter={**_tls(certs, "A"), **inter}, mesh_identities=ids)
+    a = _start(router, "A", inter=_external(certs, "A"), mesh_identities=ids)
     b = _start(
         router,
         "B",
-        inter={**_tls(certs, "B"), **inter},
+        inter=_external(certs, "B"),
         connectors=[{"port": _inter_port(a), **_tls(certs, "B"), "sasl_mechanism": "EXTERNAL"}],
         mesh_identities=ids,
     )
@@ -137,13 +143,7 @@ def test_an_authenticated_peer_outside_mesh_identities_is_refused(
     a = _start(
         router,
         "A",
-        inter={
-            **_tls(certs, "A"),
-            "require_client_cert": True,
-            "sasl_mechanisms": ["EXTERNAL"],
-            "require_auth": True,
-            "external_user": "cn",
-        },
+        inter=_external(certs, "A"),
         mesh_identities=["A", "B"],
     )
     # C has a good mesh certificate but is not a listed identity
@@ -162,13 +162,7 @@ def test_a_mesh_identity_may_claim_only_its_router_id(router: Any, certs: MeshCe
     claiming B's id is refused on A's listener, though C is a mesh identity and no B is
     connected to A (so the one-connection-per-id rule cannot see it); the real C joins."""
     bound = {"A": "A", "B": "B", "C": "C"}
-    inter = {
-        **_tls(certs, "A"),
-        "require_client_cert": True,
-        "sasl_mechanisms": ["EXTERNAL"],
-        "require_auth": True,
-        "external_user": "cn",
-    }
+    inter = _external(certs, "A")
     from tests.management.tooling import scrape, value
 
     metrics = free_port()
@@ -206,13 +200,7 @@ def test_with_mesh_identities_as_a_list_a_router_id_belongs_to_its_first_identit
     certificate (a mesh identity too) claiming "B" is refused and counted, where it would
     otherwise have been taken for B restarting; the real B comes back."""
     ids = ["A", "B", "C"]
-    inter = {
-        **_tls(certs, "A"),
-        "require_client_cert": True,
-        "sasl_mechanisms": ["EXTERNAL"],
-        "require_auth": True,
-        "external_user": "cn",
-    }
+    inter = _external(certs, "A")
     from tests.management.tooling import scrape, value
 
     metrics = free_port()
