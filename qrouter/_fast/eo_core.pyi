@@ -2,12 +2,25 @@
 
 from collections import deque
 from collections.abc import Iterable, Mapping
+from enum import IntEnum
 from typing import Any
 
 Sub = tuple[str, str]
 AttId = tuple[str, int, int]
 
 STATE_V2: bytes
+PROTOCOL_VERSION: int
+FIELDS: dict[str, dict[str, type]]
+TAG_KEY: bytes
+TAG_SIZE: int
+TAG_PERSON: bytes
+
+class ProtocolError(ValueError): ...
+
+class SubState(IntEnum):
+    PENDING = 0
+    ACCEPTED = 1
+    SEEN = 2
 
 class OriginRecord:
     out_tag: bytes

@@ -13,11 +13,14 @@ The records (`OriginRecord`, `LocalRecord`) are `cdef class`es re-exported by
 qrouter/eo/records.py, with the same fields, constructor and durable encoding (STATE_V2) as
 the dataclasses they replace.
 
-This module imports nothing of qrouter.eo at import time (qrouter.eo.records imports it):
-`_bind` fetches what it needs on the first state machine made.
+It imports nothing of qrouter (DESIGN.md section 3): what the protocol's Python half shares
+with it (the message schema and its error, the subscriber states, the tag key) is defined
+here, and qrouter/eo's messages.py, records.py and tags.py re-export it.
 """
 
+import hashlib
 import json
+from enum import IntEnum
 
 # SubState (records.py): a subscriber's state for one delivery, as the origin knows it
 cdef enum:
@@ -34,36 +37,53 @@ cdef enum:
     L_SETTLING = 4
     L_SEEN = 5
 
-cdef int EO_VERSION = 1  # messages.EO_VERSION (checked in _bind)
-
-cdef object _check = None  # messages.check (bound: _bind done)
-cdef dict _FIELDS = None  # messages.FIELDS: op -> ((field, type), ...)
-cdef object _ProtocolError = None  # messages.ProtocolError
-cdef object _SubState = None  # records.SubState (decoded records hold its members)
-cdef object _blake2b = None
-cdef bytes _TAG_KEY = None
-cdef bytes _TAG_PERSON = None
-cdef int _TAG_SIZE = 32
+cdef int EO_VERSION = 1
+PROTOCOL_VERSION = EO_VERSION  # messages.EO_VERSION
 
 
-cdef _bind():
-    global _check, _FIELDS, _ProtocolError, _SubState, _blake2b, _TAG_KEY, _TAG_PERSON, _TAG_SIZE
-    if _check is not None:
-        return
-    import hashlib
+class ProtocolError(ValueError):
+    """A message that cannot be understood."""
 
-    from qrouter.eo import messages, records, tags
 
-    if messages.EO_VERSION != EO_VERSION:
-        raise ImportError("qrouter._fast.eo_core is out of date: rebuild the engine")
-    _ProtocolError = messages.ProtocolError
-    _SubState = records.SubState
-    _blake2b = hashlib.blake2b
-    _TAG_KEY = tags.TAG_KEY
-    _TAG_PERSON = tags._PERSON
-    _TAG_SIZE = tags.TAG_SIZE
-    _FIELDS = {op: tuple(fields.items()) for op, fields in messages.FIELDS.items()}
-    _check = messages.check
+# op -> {field: type}; every field is required, extra keys are ignored (messages.py)
+FIELDS = {
+    # on router_up: my instance, my local subscriber attachments, every subscriber I know
+    "SUBS": {"instance": int, "attached": list, "known": list, "closed": list},
+    "SUB": {"att": list, "sub": list, "map": list},  # a subscriber attached here
+    "UNSUB": {"att": list, "sub": list, "closed": int},  # ... detached (closed: for good)
+    "FWD": {"t": bytes, "pub": list, "tag": bytes, "body": bytes, "targets": list},
+    "ACCEPT": {"t": bytes, "subs": list},  # these local subscribers accepted t
+    "SETTLE": {"t": bytes, "targets": list},  # the publisher settled t
+    "SEEN": {"t": bytes, "subs": list},  # these subscribers have seen t settled
+    "ASK": {"pub": list, "tags": list},  # who holds this publisher? what became of these?
+    "ANSWER": {"pub": list, "settled": list, "live": list},
+    "PING": {"e": int},
+    "PONG": {"e": int},
+    # the answer to any message of a router without a guarantee for the topic (issue 15 b)
+    "LACKING": {},
+}
+
+
+class SubState(IntEnum):
+    """A subscriber's state for one delivery, as the origin knows it."""
+
+    PENDING = S_PENDING  # in doubt: not known to have accepted
+    ACCEPTED = S_ACCEPTED  # accepted (its client holds the delivery as accepted until settled)
+    SEEN = S_SEEN  # settled, and known to have seen the settlement: nothing more is owed
+
+
+# the outgoing tag's BLAKE2b key, size and personalisation (tags.py)
+TAG_KEY = b"qrouter exactly-once pub/sub"
+TAG_SIZE = 32
+TAG_PERSON = b"qrouter-eo-tag1"
+
+cdef dict _FIELDS = {op: tuple(fields.items()) for op, fields in FIELDS.items()}
+cdef object _ProtocolError = ProtocolError
+cdef object _SubState = SubState
+cdef object _blake2b = hashlib.blake2b
+cdef bytes _TAG_KEY = TAG_KEY
+cdef bytes _TAG_PERSON = TAG_PERSON
+cdef int _TAG_SIZE = TAG_SIZE
 
 
 cdef dict _check_msg(msg):
@@ -288,7 +308,6 @@ cdef class OriginRecord(_Record):
 
     @classmethod
     def decode(cls, bytes out_tag, bytes state, body):
-        _bind()
         if state[:1] == b"{":
             return cls._decode_json(out_tag, state, body)
         if state[:1] != STATE_V2 or len(state) < 2:
@@ -308,7 +327,6 @@ cdef class OriginRecord(_Record):
     @classmethod
     def _decode_json(cls, bytes out_tag, bytes state, body):
         """The encoding of releases before STATE_V2 (a store written by one of them)."""
-        _bind()
         d = json.loads(state)
         subs = {(c, link): _SubState(s) for c, link, s in d["subs"]}
         return cls(
@@ -506,9 +524,6 @@ cdef class EoCore:
     cdef object _unsafe
     cdef bint _accept_early
     cdef bint _drop_on_settle
-
-    def __cinit__(self, *args, **kwargs):
-        _bind()
 
     @property
     def unsafe(self):

@@ -18,33 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from qrouter._fast.eo_core import FIELDS, ProtocolError
+from qrouter._fast.eo_core import PROTOCOL_VERSION as EO_VERSION
 from qrouter.eo.records import AttId, Sub
 
-EO_VERSION = 1
+__all__ = ["EO_VERSION", "FIELDS", "ProtocolError"]
 
 Wire = dict[str, Any]
 
-# op -> {field: type}; every field is required, extra keys are ignored.
-FIELDS: dict[str, dict[str, type]] = {
-    # on router_up: my instance, my local subscriber attachments, every subscriber I know
-    "SUBS": {"instance": int, "attached": list, "known": list, "closed": list},
-    "SUB": {"att": list, "sub": list, "map": list},  # a subscriber attached here
-    "UNSUB": {"att": list, "sub": list, "closed": int},  # ... detached (closed: for good)
-    "FWD": {"t": bytes, "pub": list, "tag": bytes, "body": bytes, "targets": list},
-    "ACCEPT": {"t": bytes, "subs": list},  # these local subscribers accepted t
-    "SETTLE": {"t": bytes, "targets": list},  # the publisher settled t
-    "SEEN": {"t": bytes, "subs": list},  # these subscribers have seen t settled
-    "ASK": {"pub": list, "tags": list},  # who holds this publisher? what became of these?
-    "ANSWER": {"pub": list, "settled": list, "live": list},
-    "PING": {"e": int},
-    "PONG": {"e": int},
-    # the answer to any message of a router without a guarantee for the topic (issue 15 b)
-    "LACKING": {},
-}
-
-
-class ProtocolError(ValueError):
-    """A message that cannot be understood."""
+# the schema and its error are defined beside the compiled check (FIELDS: op -> {field:
+# type}; every field is required, extra keys are ignored)
 
 
 def make(op: str, topic: str, **fields: Any) -> Wire:

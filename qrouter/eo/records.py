@@ -29,14 +29,6 @@ AttId = tuple[str, int, int]
 """One attachment of a subscriber link: (router id, router instance, counter)."""
 
 
-class SubState(IntEnum):
-    """A subscriber's state for one delivery, as the origin knows it."""
-
-    PENDING = 0  # in doubt: not known to have accepted
-    ACCEPTED = 1  # accepted (its client holds the delivery as accepted until settled)
-    SEEN = 2  # settled, and known to have seen the settlement: nothing more is owed
-
-
 class LocalState(IntEnum):
     """One local subscriber attachment's state for one delivery."""
 
@@ -70,6 +62,10 @@ class LocalState(IntEnum):
 from qrouter._fast.eo_core import STATE_V2 as STATE_V2  # noqa: E402 (re-exported)
 from qrouter._fast.eo_core import LocalRecord as LocalRecord  # noqa: E402 (re-exported)
 from qrouter._fast.eo_core import OriginRecord as OriginRecord  # noqa: E402 (re-exported)
+
+# SubState, a subscriber's state for one delivery as the origin knows it (PENDING, ACCEPTED,
+# SEEN), is compiled too: the records decode into it
+from qrouter._fast.eo_core import SubState as SubState  # noqa: E402 (re-exported)
 
 
 def encode_sub(sub: Sub) -> bytes:

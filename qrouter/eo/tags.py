@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 
-TAG_KEY = b"qrouter exactly-once pub/sub"
-TAG_SIZE = 32
-_PERSON = b"qrouter-eo-tag1"
+from qrouter._fast.eo_core import TAG_KEY, TAG_SIZE
+from qrouter._fast.eo_core import TAG_PERSON as _PERSON
+
+__all__ = ["TAG_KEY", "TAG_SIZE", "outgoing_tag"]
 
 
 def outgoing_tag(container: str, link: str, tag: bytes, *, key: bytes = TAG_KEY) -> bytes:
