@@ -301,6 +301,9 @@ cdef class Link:
     def flow(self, int64_t credit):
         """Grant credit to a producer (control path: e.g. a link the core wants to feed)."""
         self.credit = credit
+        # as every engine grant does: else a link once at zero (a guaranteed topic's
+        # publisher, whose window fills) stays stamped, reported stalled while it has credit
+        self.credit_changed()
         self.conn.write_flow(self.session, self, False)
         self.conn.touch()
 
