@@ -118,7 +118,7 @@ class LinkMonitor:
                             tag(conn.conn_id, link.handle),
                             link.name,
                             "out" if link.is_sender else "in",
-                            link.address_name,
+                            _address(link),
                             n,
                             self.threshold,
                             link.unsettled_count,
@@ -153,6 +153,10 @@ class LinkMonitor:
     def _warn_credit(self, link: Any, seconds: float) -> None:
         if link.is_sender:
             why = f"the consumer has granted none; {link.pending_count} deliveries wait for it"
+        elif getattr(link, "endpoint", False):
+            # a guaranteed topic's publisher (qrouter/guarantee.py): credit comes back as its
+            # deliveries get their outcomes and it settles them
+            why = f"{link.unsettled_count} of its deliveries are unsettled (its window)"
         else:
             why = "no consumer of its address has credit"
         log.warning(
@@ -160,7 +164,7 @@ class LinkMonitor:
             tag(link.conn.conn_id, link.handle),
             link.name,
             "out" if link.is_sender else "in",
-            link.address_name,
+            _address(link),
             seconds,
             why,
         )
@@ -187,3 +191,10 @@ class LinkMonitor:
         if now - then < self.threshold:
             return 0
         return max(0, int(link.unsettled_count) - (w.carried - carried_then))
+
+
+def _address(link: Any) -> str | None:
+    """The link's address; a guaranteed topic's links are endpoints, without an engine
+    Address: their topic (`journal_address`, set by qrouter/guarantee.py)."""
+    name = link.address_name
+    return name if name is not None else getattr(link, "journal_address", None)

@@ -1492,7 +1492,8 @@ def _peer(peer: Any) -> str | None:
 
 def _link_address(link: Any, t: Any) -> str | None:
     if link.endpoint:
-        return MANAGEMENT_ADDRESS
+        # a guaranteed topic's links are endpoints too (qrouter/guarantee.py): their topic
+        return link.journal_address or MANAGEMENT_ADDRESS
     name = link.address_name
     if name is not None:
         return str(name)

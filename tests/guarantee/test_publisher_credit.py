@@ -30,7 +30,7 @@ def link_rows(url: str) -> list[dict[str, Any]]:
 
 
 def publisher_row(url: str, name: str) -> dict[str, Any] | None:
-    rows = [r for r in link_rows(url) if r["name"] == name and r["direction"] == "in"]
+    rows = [r for r in link_rows(url) if r["name"] == name and r["address"] == TOPIC]
     return rows[0] if rows else None
 
 

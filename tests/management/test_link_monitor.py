@@ -38,7 +38,9 @@ class FakeLink:
     delivery_count: int = 0
     unsettled_count: int = 0
     pending_count: int = 0
-    address_name: str = "a"
+    address_name: str | None = "a"
+    endpoint: bool = False
+    journal_address: str | None = None
 
 
 class FakeCore:
@@ -72,6 +74,19 @@ def test_credit_stall_warned_once_then_cleared(conn: FakeConn, caplog: Any) -> N
     link.credit, link.no_credit_since = 5, 0.0
     m.check(112.0)
     assert m.without_credit == 0 and "credit again after 12 s" in caplog.records[-1].getMessage()
+
+
+def test_a_guaranteed_topics_publisher_named_by_its_topic(conn: FakeConn, caplog: Any) -> None:
+    # an endpoint link (qrouter/guarantee.py) has no engine Address: its topic is named, and
+    # why it has no credit is its own unsettled deliveries, not the address's consumers
+    link = FakeLink(conn, is_sender=False, credit=0, no_credit_since=1.0, unsettled_count=500)
+    link.address_name, link.endpoint, link.journal_address = None, True, "events"
+    m = monitor_for(link)
+    caplog.set_level(logging.INFO, logger="qrouter.links")
+    m.check(12.0)
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "(in, address 'events') without credit for 11 s" in warning
+    assert "500 of its deliveries are unsettled" in warning
 
 
 def test_a_link_that_never_had_credit(conn: FakeConn) -> None:
