@@ -82,6 +82,9 @@ class Run:
     acc_p90: int = 0
     acc_p99: int = 0
     sender_cpu_s: float = 0.0  # the sender process's own CPU (its cpu_s)
+    # seconds the routers' threads were runnable but waiting for a CPU (schedstat): a run
+    # slowed by other processes on the machine, not by the routers (issue 15's slow runs)
+    router_wait_s: float | None = None
 
 
 @dataclass
@@ -99,6 +102,7 @@ class Row:
     accept_p99_us: int | None = None
     note: str = ""
     runs: list[float] = field(default_factory=list)  # msg/s of every repeat
+    runs_router_wait_s: list[float] = field(default_factory=list)  # Run.router_wait_s of each
 
     @property
     def us_per_msg(self) -> float | None:
@@ -216,6 +220,18 @@ class Router:
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended meanwhile
+        return total
+
+    def wait_ns(self) -> int:
+        """Time the router's threads spent runnable but waiting for a CPU so far, ns (the
+        second field of /proc/PID/task/*/schedstat)."""
+        assert self.proc is not None
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
             except (OSError, ValueError, IndexError):
                 pass  # a thread that ended meanwhile
         return total
@@ -432,6 +448,9 @@ class Bench:
             p99_us=run.p99,
             loss=run.sent * receivers - run.received,
             runs=[round(r.rate) for r in runs],
+            runs_router_wait_s=[
+                round(r.router_wait_s, 2) for r in runs if r.router_wait_s is not None
+            ],
         )
         if base and base.msgs_per_s and run.rate:
             row.ratio = run.rate / base.msgs_per_s
@@ -595,6 +614,7 @@ class Bench:
         or client_load.py with `client`'s kind of links), as fast as it goes or at `rate`."""
         a, b, c = routers
         cpu0 = a.cpu_s() + b.cpu_s() + c.cpu_s()
+        wait0 = a.wait_ns() + b.wait_ns() + c.wait_ns()
         run = run_load(
             self.cfg,
             a.port,
@@ -609,6 +629,7 @@ class Bench:
         for r in routers:
             r.check()
         run.router_cpu_s = a.cpu_s() + b.cpu_s() + c.cpu_s() - cpu0
+        run.router_wait_s = (a.wait_ns() + b.wait_ns() + c.wait_ns() - wait0) / 1e9
         return run
 
     def triangle(
@@ -873,9 +894,12 @@ def pubsub_client(guarantee: str | None, store: str | None = None) -> Callable[[
         pub = (
             statistics.median(r.sender_cpu_s * 1e6 / r.sent for r in runs if r.sent) if runs else 0
         )
+        # a slow run with long waits was short of CPU (other processes), not stalled
+        waits = " / ".join(f"{w:.1f}" for w in row.runs_router_wait_s)
         row.note = row.note or (
             f"msg/s in ({count:,} msgs){of_plain}; CPU and RSS of the 3 routers; "
-            f"publisher CPU {pub:.0f} µs/msg"
+            f"publisher CPU {pub:.0f} µs/msg; runs {' / '.join(f'{r:.0f}' for r in row.runs)}"
+            f" msg/s, routers waited for a CPU {waits} s"
         )
         return row
 
