@@ -14,11 +14,11 @@ import asyncio
 from typing import Any
 
 from qrouter.client import Client, Message
+from qrouter.guarantee import PUBLISHER_WINDOW as WINDOW  # the credit a publisher link gets
 from tests.client.conftest import run, wait_until
 from tests.guarantee.common import topic_rows
 
 TOPIC = "events"
-WINDOW = 500  # qrouter/guarantee.py PUBLISHER_WINDOW: the credit a publisher link gets
 
 
 def link_rows(url: str) -> list[dict[str, Any]]:
