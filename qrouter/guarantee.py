@@ -543,7 +543,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             entry.outcome(d, code, settled)
 
     def on_detach(self, link: Link, closed: bool) -> None:
-        entry = self.by_link.pop(link, None)
+        entry: Any = self.by_link.pop(link, None)
         if entry is None:
             return
         entry.unbind()
