@@ -550,10 +550,11 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         now = self.now()
         t = self.topics.get(entry.topic)
         if isinstance(entry, EoPub):
-            if self.pubs.get((entry.topic, entry.pub)) is entry:
-                del self.pubs[(entry.topic, entry.pub)]
+            key, pub = entry.key, entry.pub
+            if self.pubs.get(key) is entry:
+                del self.pubs[key]
                 if t is not None:
-                    t.publisher_detached(entry.pub, closed, now)
+                    t.publisher_detached(pub, closed, now)
         else:
             self.subs.pop(entry.att, None)
             if t is not None:
