@@ -12,6 +12,8 @@
 # `EoLinks` is the base of `qrouter.guarantee.Guarantees`, which keeps in Python what is not
 # per message: attaching and detaching, the group commit, channels, recovery, ticks.
 
+from collections import OrderedDict
+
 _eo_log = logging.getLogger("qrouter.guarantee")
 
 cdef enum:
@@ -341,8 +343,9 @@ cdef class AcceptedTags:
     cdef public Py_ssize_t size
     cdef public Py_ssize_t evicted  # tags forgotten early because of a cap
     # link key -> its tags in the order accepted (tag -> time); links in the order last
-    # accepted to (a dict keeps insertion order; moving one to the end is a re-insert)
-    cdef dict _links
+    # accepted to. OrderedDicts: dropping the oldest is O(1) (a dict's first item is not,
+    # once many were deleted before it)
+    cdef object _links
 
     def __init__(self, double ttl, Py_ssize_t per_link=1000, Py_ssize_t total=100_000):
         self.ttl = ttl
@@ -350,37 +353,38 @@ cdef class AcceptedTags:
         self.total = total
         self.size = 0
         self.evicted = 0
-        self._links = {}
+        self._links = OrderedDict()
 
     cpdef add(self, key, bytes tag, double now):
-        cdef dict tags = self._links.pop(key, None)
+        links = self._links
+        tags = links.get(key)
         if tags is None:
-            tags = {}
-        self._links[key] = tags  # (last accepted to: at the end)
-        if tags.pop(tag, None) is not None:
+            tags = links[key] = OrderedDict()
+        else:
+            links.move_to_end(key)
+        if tag in tags:
+            del tags[tag]
             self.size -= 1
         tags[tag] = now
         self.size += 1
         if len(tags) > self.per_link:
-            del tags[next(iter(tags))]
+            tags.popitem(False)
             self.size -= 1
             self.evicted += 1
-        cdef dict oldest
         while self.size > self.total:
-            oldest_key = next(iter(self._links))
-            oldest = self._links[oldest_key]
-            if oldest_key == key and len(self._links) == 1:
-                del oldest[next(iter(oldest))]  # (only with total < per_link)
+            oldest_key, oldest = next(iter(links.items()))
+            if oldest_key == key and len(links) == 1:
+                oldest.popitem(False)  # (only with total < per_link)
                 self.size -= 1
                 self.evicted += 1
                 continue
-            del self._links[oldest_key]
+            del links[oldest_key]
             self.size -= len(oldest)
             self.evicted += len(oldest)
 
     cpdef bint accepted(self, key, bytes tag, double now):
         """Was `tag` accepted on this link within the last `ttl` seconds?"""
-        cdef dict tags = self._links.get(key)
+        tags = self._links.get(key)
         if tags is None:
             return False
         at = tags.get(tag)
@@ -388,18 +392,17 @@ cdef class AcceptedTags:
 
     def expire(self, double now):
         """Forget what is older than `ttl` (called on the router's tick)."""
-        cdef dict tags
-        for key in list(self._links):
-            tags = self._links[key]
+        links = self._links
+        for key in list(links):
+            tags = links[key]
             while tags:
-                tag = next(iter(tags))
-                if now - <double>tags[tag] > self.ttl:
-                    del tags[tag]
-                    self.size -= 1
-                else:
+                tag, at = next(iter(tags.items()))
+                if now - <double>at <= self.ttl:
                     break
+                del tags[tag]
+                self.size -= 1
             if not tags:
-                del self._links[key]
+                del links[key]
 
     def __len__(self):
         return self.size
