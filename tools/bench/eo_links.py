@@ -120,7 +120,7 @@ def main(n: int, mode: str) -> float:
     waiting: list[Any] = []  # exactly-once: accepted, waiting for the router's settlement
     while received < 3 * n:
         for _ in range(min(snd.credit, 200, n - sent)):
-            snd.delivery(b"t%d" % sent)
+            snd.delivery(f"t{sent}")
             snd.send(BODY)
             snd.advance()
             sent += 1
