@@ -3,8 +3,11 @@
 An address entry with ``guarantee = "exactly-once"`` (or ``"at-least-once"``) does not go
 through the Cython forwarding path: its publisher and subscriber links are endpoint links
 (`Link.bind_endpoint`) and every transfer, disposition and settlement on them is an input of
-the topic's `qrouter.eo.TopicRouter`. This is the documented exception to "no Python per
-message": each guaranteed delivery needs a durable record and per-subscriber state anyway.
+the topic's `qrouter.eo.TopicRouter`. Those inputs, and the outputs that act on the links,
+run in the engine (`qrouter/_fast/eo_links.pxi`, the base `EoLinks` of `Guarantees`): each
+link carries its entry (`EoPub`, `EoSub`), and no Python frame runs per message on the client
+links; what is not per message (attaching, detaching, the group commit, channels, recovery,
+ticks) is here.
 
 `Guarantees` holds one `TopicRouter` per topic (the concrete address), created when a link
 attaches, a peer speaks about it, or the store holds records of it at start. It applies what the
@@ -38,12 +41,20 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.codec import Described, UByte, ULong, encode
-from qrouter._fast.engine import Link, source_value, state_code, target_value
+from qrouter._fast.engine import (
+    EoApplier,
+    EoLinks,
+    EoPub,
+    EoSub,
+    Link,
+    source_value,
+    state_code,
+    target_value,
+)
 from qrouter._fast.eo_core import split_writes, stage_writes
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from qrouter.eo.dedup import AcceptedTags
@@ -82,33 +93,6 @@ class _Channel:
         return self.link_id is not None
 
 
-@dataclass(eq=False)
-class _Pub:
-    pub: Pub
-    topic: str
-    link: Link
-    settle_first: bool  # the publisher asked receiver-settle-mode first: we settle on accept
-    deliveries: dict[bytes, Any] = field(default_factory=dict)  # tag -> engine Delivery
-    presettled: set[bytes] = field(default_factory=set)  # sent settled: settle on acceptance
-    accepted: set[bytes] = field(default_factory=set)  # accepted before it was resent
-    key: tuple[str, Pub] = ("", ("", ""))  # (topic, pub): its key in Guarantees.pubs
-
-    def __post_init__(self) -> None:
-        self.key = (self.topic, self.pub)
-
-
-@dataclass(eq=False)
-class _Sub:
-    att: AttId
-    sub: Sub
-    topic: str
-    link: Link
-    resumable: bool
-    deliveries: dict[bytes, Any] = field(default_factory=dict)  # out tag -> engine Delivery
-    settling: set[bytes] = field(default_factory=set)  # settled by us, awaiting theirs
-    peer_settled: set[bytes] = field(default_factory=set)  # the subscriber settled first
-
-
 class _Port:
     """A topic's `qrouter.eo.Port`: outputs are staged until the iteration's commit."""
 
@@ -117,13 +101,13 @@ class _Port:
         self.topic = topic
         self.resend_tags: list[bytes] = []
         # what each staged output applies (`Guarantees.stage`); the compiled core stages
-        # them itself through this map (EoCore._stage), without calling the methods below
+        # them itself through this map (EoCore._stage), without calling the methods below;
+        # the EoAppliers run as C calls in the engine (`EoLinks.apply_outputs`)
         self.appliers: dict[str, Callable[..., None]] = {
             "to_router": g._out_to_router,
-            "deliver": g._out_deliver,
-            "settle_subscriber": g._out_settle_subscriber,
-            # (a partial, not a method of ours: no Python frame when applied)
-            "accept_publisher": partial(g._out_accept_publisher, topic),
+            "deliver": EoApplier(g, "deliver", topic),
+            "settle_subscriber": EoApplier(g, "settle_subscriber", topic),
+            "accept_publisher": EoApplier(g, "accept_publisher", topic),
         }
 
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
@@ -177,8 +161,8 @@ class _TopicStore:
             yield key[cut:], value
 
 
-class Guarantees:
-    """The guaranteed topics of one router."""
+class Guarantees(EoLinks):  # type: ignore[misc]
+    """The guaranteed topics of one router (the per-message half: the base, in the engine)."""
 
     def __init__(self, core: Core, instance: int | None = None) -> None:
         self.core = core
@@ -193,9 +177,10 @@ class Guarantees:
         self.held = False
         self.topics: dict[str, TopicRouter] = {}
         self.ports: dict[str, _Port] = {}
-        self.pubs: dict[tuple[str, Pub], _Pub] = {}
-        self.subs: dict[AttId, _Sub] = {}
-        self.by_link: dict[Link, _Pub | _Sub] = {}
+        self.pubs: dict[tuple[str, Pub], EoPub] = {}
+        self.subs: dict[AttId, EoSub] = {}
+        self.by_link: dict[Link, EoPub | EoSub] = {}
+        self.window = PUBLISHER_WINDOW
         self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
         # bytes, None (delete) or an origin record to encode at the commit
         self.writes: dict[bytes, bytes | OriginRecord | None] = {}
@@ -359,11 +344,7 @@ class Guarantees:
                     self.memory.update(puts)
                 self.writes = {}
             outputs, self.outputs = self.outputs, []
-            for apply, args in outputs:
-                try:
-                    apply(*args)
-                except Exception:  # noqa: BLE001 - one bad output must not stop the others
-                    log.exception("guaranteed topics: applying %r failed", apply)
+            self.apply_outputs(outputs)  # in order; one that fails is logged (the engine)
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
@@ -426,72 +407,15 @@ class Guarantees:
         ch.out_n += 1
         self._send(ch.link_id, envelope)
 
-    def _out_deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
-        s = self.subs.get(att)
-        if s is None:
-            return
-        prefix = tag = None
-        if self.journal:
-            # the journal names the publisher's delivery, so rows join across routers
-            origin = self.topics[s.topic].origin_of(out_tag)
-            if origin is not None:
-                (container, name), tag = origin
-                prefix = origin_id(container, name, b"")
-        s.deliveries[out_tag] = s.link.send(
-            out_tag, body, resume=resume, origin_prefix=prefix, origin_tag=tag
-        )
-
-    def _out_settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
-        s = self.subs.get(att)
-        if s is None:
-            return
-        d = s.deliveries.pop(out_tag, None)
-        if out_tag in s.peer_settled or (d is not None and not d.was_sent):
-            # it settled first (or never saw it): nothing more to tell it
-            s.peer_settled.discard(out_tag)
-            if d is not None:
-                d.settle()
-            if s.resumable:
-                self._input(s.topic, "subscriber_settled", att, out_tag)
-            return
-        if d is None:
-            if not s.resumable:
-                return  # delivered on an attachment that is gone; nothing to settle here
-            # reported on attach, delivered on an earlier attachment: resume it, empty, so
-            # that the settlement has a delivery to name (2.6.13)
-            d = s.link.send(out_tag, b"", resume=True)
-        if s.resumable:
-            s.settling.add(out_tag)
-            d.settle(await_peer=True)
-        else:
-            d.settle()
-
-    def _out_accept_publisher(self, topic: str, pub: Pub, tag: bytes) -> None:
-        p = self.pubs.get((topic, pub))
-        if p is None:
-            return
-        if tag in p.presettled:
-            p.presettled.discard(tag)
-            self._input(topic, "publisher_settled", pub, tag)
-            return
-        d = p.deliveries.get(tag)
-        if d is None:
-            p.accepted.add(tag)  # it is being resent: accept it when it arrives
-            return
-        d.update(ACCEPTED, None, settle=p.settle_first)
-        now = self.now()
-        self.accepted_tags.add(p.key, tag, now)
-        if p.settle_first:
-            del p.deliveries[tag]
-            t = self.topics.get(topic)
-            if t is not None:
-                t.publisher_settled(pub, tag, now)
-            self._top_up(p)
-
-    def _input(self, topic: str, method: str, *args: Any) -> None:
+    def journal_origin(self, topic: str, out_tag: bytes) -> tuple[str | None, bytes | None]:
+        """The journal's origin of a delivery to a subscriber: the publisher's link and tag,
+        so rows join across routers (`EoLinks.c_deliver`, only while journaling)."""
         t = self.topics.get(topic)
-        if t is not None:
-            getattr(t, method)(*args, self.now())
+        origin = t.origin_of(out_tag) if t is not None else None
+        if origin is None:
+            return None, None
+        (container, name), tag = origin
+        return origin_id(container, name, b""), tag
 
     # -- publisher links -----------------------------------------------------------------------
 
@@ -510,6 +434,7 @@ class Guarantees:
         old = self.pubs.pop((address, pub), None)
         if old is not None:
             self.by_link.pop(old.link, None)
+            old.unbind()
         peer_map = _unsettled(fields.get("unsettled"))
         port = self.ports[address]
         port.resend_tags = []
@@ -518,7 +443,7 @@ class Guarantees:
         settle_first = _mode(fields.get("rcv_settle_mode"), 0) == 0
         link.origin_prefix = origin_id(pub[0], pub[1], b"")  # the journal's origin
         link.journal_address = address
-        p = _Pub(pub, address, link, settle_first)
+        p = EoPub(self, pub, address, link, settle_first)
         self.pubs[(address, pub)] = p
         self.by_link[link] = p
         # no map at all (null, as proton always sends): it cannot resume, so its unsettled
@@ -530,7 +455,7 @@ class Guarantees:
         accepted = {
             args[1]
             for apply, args in self.outputs
-            if getattr(apply, "func", None) == self._out_accept_publisher and args[0] == pub
+            if getattr(apply, "name", None) == "accept_publisher" and args[0] == pub
         }
         ours = {
             tag: (ACCEPTED_STATE if tag in accepted else None)
@@ -549,13 +474,9 @@ class Guarantees:
             }
         )
         link.bind_endpoint()
+        p.bind()  # its deliveries go to the engine's EoPub, not to on_message
         link.flow(PUBLISHER_WINDOW)
         log.debug("[C%d] publisher %r on guaranteed %r", link.conn.conn_id, pub, address)
-
-    def _top_up(self, p: _Pub) -> None:
-        want = PUBLISHER_WINDOW - len(p.deliveries) - len(p.presettled)
-        if want - p.link.credit >= PUBLISHER_WINDOW // 4:
-            p.link.flow(want)
 
     # -- subscriber links ----------------------------------------------------------------------
 
@@ -575,12 +496,13 @@ class Guarantees:
             # the same subscriber again (its old link was stolen): that attachment ended
             self.subs.pop(old.att, None)
             self.by_link.pop(old.link, None)
+            old.unbind()
             t.subscriber_detached(old.att, False, self.now())
         peer_map = _unsettled(fields.get("unsettled")) if t.eo else {}
         resumable = durable == 2
         att = t.new_attachment_id()
         link.journal_address = address
-        s = _Sub(att, sub, address, link, resumable)
+        s = EoSub(self, att, sub, address, link, resumable)
         self.subs[att] = s
         self.by_link[link] = s
         target = fields.get("target")
@@ -594,6 +516,7 @@ class Guarantees:
             }
         )
         link.bind_endpoint()
+        s.bind()  # its outcomes go to the engine's EoSub, not to on_outcome
         t.subscriber_attached(sub, list(peer_map.items()), self.now(), att, resumable=resumable)
         log.debug("[C%d] subscriber %r on guaranteed %r", link.conn.conn_id, sub, address)
 
@@ -602,80 +525,36 @@ class Guarantees:
     def owns(self, link: Link) -> bool:
         return link in self.by_link
 
+    # The engine hands a bound link's deliveries to its entry (`Link.eo`, eo_links.pxi); these
+    # do the same for a caller in Python (qrouter/core.py's handler, for a link not bound).
     def on_message(self, link: Link, d: Any, payload: bytes) -> None:
-        p = self.by_link.get(link)
-        if not isinstance(p, _Pub):
-            return
-        t = self.topics[p.topic]
-        tag = d.delivery_tag
-        now = self.now()
-        if d.is_presettled and d.resumed and not payload:
-            p.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
-            t.publisher_settled(p.pub, tag, now)  # it knows the outcome (2.6.13)
-        elif not d.is_presettled and self.accepted_tags.accepted(p.key, tag, now):
-            # a resend of a delivery we accepted (its outcome was lost with a connection):
-            # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
-            p.accepted.discard(tag)
-            if not p.settle_first:
-                p.deliveries[tag] = d
-            d.update(ACCEPTED, None, settle=p.settle_first)
-        else:
-            if d.is_presettled:
-                p.presettled.add(tag)  # at most once from its side: settle when accepted
-            else:
-                p.deliveries[tag] = d
-            t.publisher_transfer(p.pub, tag, payload, now)
-            if tag in p.accepted:
-                p.accepted.discard(tag)
-                self.stage(self.ports[p.topic].appliers["accept_publisher"], (p.pub, tag))
-        self._top_up(p)
+        entry = self.by_link.get(link)
+        if isinstance(entry, EoPub):
+            entry.transfer(d)
 
     def on_settled(self, link: Link, d: Any) -> None:
-        """The publisher settled (receiver-settle-mode second: after our ACCEPTED)."""
-        p = self.by_link.get(link)
-        if not isinstance(p, _Pub):
-            return
-        tag = d.delivery_tag
-        if p.deliveries.get(tag) is d:
-            del p.deliveries[tag]
-        self.topics[p.topic].publisher_settled(p.pub, tag, self.now())
-        self._top_up(p)
+        entry = self.by_link.get(link)
+        if isinstance(entry, EoPub):
+            entry.settled(d)
 
     def on_outcome(self, link: Link, d: Any, code: int, settled: bool) -> None:
-        """A subscriber's disposition: its outcome, and/or its settlement."""
-        s = self.by_link.get(link)
-        if not isinstance(s, _Sub):
-            return
-        t = self.topics[s.topic]
-        tag = d.delivery_tag
-        now = self.now()
-        if code in TERMINAL:
-            # any terminal outcome means the application has dealt with it (docs)
-            if code != ACCEPTED:
-                log.info(
-                    "subscriber %r answered %#x for %r: counted as done", link.name, code, s.topic
-                )
-            t.subscriber_accepted(s.att, tag, now)
-        if settled:
-            if tag in s.settling:
-                s.settling.discard(tag)
-                t.subscriber_settled(s.att, tag, now)
-            elif s.deliveries.get(tag) is d:
-                del s.deliveries[tag]
-                if t.eo:
-                    s.peer_settled.add(tag)
+        entry = self.by_link.get(link)
+        if isinstance(entry, EoSub):
+            entry.outcome(d, code, settled)
 
     def on_detach(self, link: Link, closed: bool) -> None:
-        entry = self.by_link.pop(link, None)
+        entry: Any = self.by_link.pop(link, None)
         if entry is None:
             return
+        entry.unbind()
         now = self.now()
         t = self.topics.get(entry.topic)
-        if isinstance(entry, _Pub):
-            if self.pubs.get((entry.topic, entry.pub)) is entry:
-                del self.pubs[(entry.topic, entry.pub)]
+        if isinstance(entry, EoPub):
+            key, pub = entry.key, entry.pub
+            if self.pubs.get(key) is entry:
+                del self.pubs[key]
                 if t is not None:
-                    t.publisher_detached(entry.pub, closed, now)
+                    t.publisher_detached(pub, closed, now)
         else:
             self.subs.pop(entry.att, None)
             if t is not None:

@@ -1252,7 +1252,10 @@ cdef class Connection:
         if link.endpoint:
             if d.payload is None:
                 d.payload = PyBytes_FromStringAndSize(<char*>payload, plen)
-            self.handler.on_message(self, link, d, d.payload)
+            if link.eo is not None:
+                link.eo.on_transfer(d)        # eo_links.pxi: a guaranteed topic's publisher
+            else:
+                self.handler.on_message(self, link, d, d.payload)
         elif link.address is not None:
             link.address.forward(d, payload, plen)
             if link.credit <= self.router.link_capacity // 2:
@@ -1416,7 +1419,9 @@ cdef class Connection:
                 d.remote_settled = True
                 if table.pop(d.delivery_id, None) is not None and d.link is not None:
                     d.link.unsettled_count -= 1
-            if d.link is not None and (code or settled):
+            if d.link is not None and d.link.eo is not None:
+                d.link.eo.on_outcome(d, code, settled)    # eo_links.pxi: a subscriber's
+            elif d.link is not None and (code or settled):
                 self.handler.on_outcome(self, d.link, d, code, settled)
             return 0
         if role:
@@ -1464,7 +1469,9 @@ cdef class Connection:
             settle_copies(d)
             if d.durable_key is not None:
                 j_del(self.router, d, d.durable_key)
-            if d.link is not None and d.link.endpoint:
+            if d.link is not None and d.link.eo is not None:
+                d.link.eo.on_settled(d)       # eo_links.pxi: a guaranteed topic's publisher
+            elif d.link is not None and d.link.endpoint:
                 self.handler.on_settled(self, d.link, d)
         return 0
 

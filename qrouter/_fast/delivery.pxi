@@ -122,32 +122,40 @@ cdef class Delivery:
     def update(self, int code, detail=None, bint settle=True):
         """Receiver side: report a state for this delivery (3.4), settling it unless told
         otherwise (exactly-once receivers settle after the sender, 3.8.3)."""
+        self.c_update(code, detail, settle)
+
+    cdef int c_update(self, int code, object detail, bint settle) except -1:
         cdef Link link = self.link
         if link is None or self.settled or self.presettled:
-            return
+            return 0
         raw = encode_state(code, detail) if code else None
         if settle:
             self.settled = True
             link.session.unsettled_in.pop(self.delivery_id, None)
             link.unsettled_count -= 1
         link.conn.queue_disposition(link.session, True, self.delivery_id, settle, raw)
+        return 0
 
     def settle(self, bint await_peer=False):
         """Sender side: settle a delivery Python sent (e.g. once its outcome is known).
         `await_peer`: keep it until the receiver settles in return, which on_outcome reports
         (settled, no state): exactly-once topics take that as proof that the subscriber has
         seen the settlement. One not yet written is dropped unseen (send_pending)."""
+        self.c_settle(await_peer)
+
+    cdef int c_settle(self, bint await_peer) except -1:
         cdef Link link = self.link
         if link is None or self.settled:
-            return
+            return 0
         self.settled = True
         if not self.sent:
-            return
+            return 0
         if not await_peer or self.remote_settled:
             if link.session.unsettled_out.pop(self.delivery_id, None) is not None:
                 link.unsettled_count -= 1
         link.conn.queue_disposition(link.session, False, self.delivery_id, True,
                                     self.remote_state_raw)
+        return 0
 
     def confirm_settled(self):
         """Receiver side, once the sender has settled (receiver-settle-mode second, 3.8.3):

@@ -128,6 +128,7 @@ cdef class Link:
     cdef public str origin_prefix            # journal: "<container>/<link>/" of a producer
     cdef JournalLink jlink                   # journal: its strings, made at its first row
     cdef public str journal_address          # journal: an endpoint link's address (no Address)
+    cdef EoEntry eo                          # a guaranteed topic's link (eo_links.pxi)
     cdef dict resumable
     cdef uint32_t tag_nonce
     # --- mesh (issue 4, docs/mesh.md "Data plane"): set by qrouter/inter_router.py ---
@@ -233,6 +234,11 @@ cdef class Link:
         `resume` and `state` resend a delivery after re-attach (2.6.13): e.g. settled with
         the receiver's terminal state and no payload. `origin_prefix` and `origin_tag`: the
         publisher it comes from, for the journal (guaranteed topics)."""
+        return self.c_send(tag, payload, settled, message_format, resume, state, origin_prefix,
+                           origin_tag)
+
+    cdef Delivery c_send(self, bytes tag, bytes payload, bint settled, uint32_t message_format,
+                         bint resume, bytes state, str origin_prefix, bytes origin_tag):
         cdef Delivery out, src
         cdef JournalBuffer jb = self.conn.router.jbuf
         if self.role != ROLE_SENDER or not self.endpoint:

@@ -1,0 +1,408 @@
+# Guaranteed topics' client links in the engine (docs/exactly-once.md, "The client links in
+# the engine"; issue 15 item 1: deliveries through the engine's link path). (Included by
+# engine.pyx.)
+#
+# A publisher or subscriber link of a guaranteed topic carries one reference, `Link.eo`, to
+# its entry here (`EoPub`, `EoSub`). The engine hands that entry the link's transfers,
+# outcomes and settlements (connection.pxi) instead of calling the Python handler, and the
+# entry feeds the topic's compiled state machine (`qrouter._fast.eo_core.EoCore`) directly.
+# The outputs the state machine stages for after the loop iteration's commit (accept a
+# publisher's delivery, deliver to a subscriber, settle a subscriber's delivery) are
+# `EoApplier`s, which `EoLinks.apply_outputs` runs as C calls into the link and delivery API.
+# `EoLinks` is the base of `qrouter.guarantee.Guarantees`, which keeps in Python what is not
+# per message: attaching and detaching, the group commit, channels, recovery, ticks.
+
+from collections import OrderedDict
+
+_eo_log = logging.getLogger("qrouter.guarantee")
+
+cdef enum:
+    EO_ACCEPT_PUBLISHER = 0
+    EO_DELIVER = 1
+    EO_SETTLE_SUBSCRIBER = 2
+
+cdef tuple _EO_APPLIER_NAMES = ("accept_publisher", "deliver", "settle_subscriber")
+
+
+cdef class EoEntry:
+    """A guaranteed topic's link attached here (`Link.eo`)."""
+    cdef readonly EoLinks owner
+    cdef readonly str topic
+    cdef readonly Link link
+    cdef public dict deliveries  # tag -> engine Delivery
+
+    def bind(self):
+        """Take the link's deliveries (from now on the engine calls us, not the handler)."""
+        self.link.eo = self
+
+    def unbind(self):
+        if self.link.eo is self:
+            self.link.eo = None
+
+    # what the engine calls (connection.pxi); the def ones are the same for Python
+    cdef int on_transfer(self, Delivery d) except -1:
+        return 0
+
+    cdef int on_outcome(self, Delivery d, int code, bint settled) except -1:
+        return 0
+
+    cdef int on_settled(self, Delivery d) except -1:
+        return 0
+
+    def transfer(self, Delivery d not None):
+        self.on_transfer(d)
+
+    def outcome(self, Delivery d not None, int code, bint settled):
+        self.on_outcome(d, code, settled)
+
+    def settled(self, Delivery d not None):
+        self.on_settled(d)
+
+
+cdef class EoPub(EoEntry):
+    """A publisher link (its deliveries are inputs of the topic's state machine)."""
+    cdef readonly tuple pub  # (container-id, link name)
+    cdef readonly bint settle_first  # receiver-settle-mode first: we settle on accept
+    cdef public set presettled  # sent settled: settle on acceptance
+    cdef public set accepted  # accepted before it was resent
+    cdef readonly tuple key  # (topic, pub): its key in Guarantees.pubs
+
+    def __init__(self, EoLinks owner, tuple pub, str topic, Link link, bint settle_first):
+        self.owner = owner
+        self.pub = pub
+        self.topic = topic
+        self.link = link
+        self.settle_first = settle_first
+        self.deliveries = {}
+        self.presettled = set()
+        self.accepted = set()
+        self.key = (topic, pub)
+
+    cdef int on_transfer(self, Delivery d) except -1:
+        cdef EoLinks g = self.owner
+        t = g.topics[self.topic]
+        tag = d.tag
+        payload = d.payload
+        cdef double now = g.c_now()
+        if d.presettled and d.resume and not payload:
+            self.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
+            t.publisher_settled(self.pub, tag, now)  # it knows the outcome (2.6.13)
+        elif not d.presettled and g.accepted_tags.accepted(self.key, tag, now):
+            # a resend of a delivery we accepted (its outcome was lost with a connection):
+            # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
+            self.accepted.discard(tag)
+            if not self.settle_first:
+                self.deliveries[tag] = d
+            d.c_update(D_ACCEPTED, None, self.settle_first)
+        else:
+            if d.presettled:
+                self.presettled.add(tag)  # at most once from its side: settle when accepted
+            else:
+                self.deliveries[tag] = d
+            t.publisher_transfer(self.pub, tag, payload, now)
+            if tag in self.accepted:
+                self.accepted.discard(tag)
+                g.c_stage(g.ports[self.topic].appliers["accept_publisher"], (self.pub, tag))
+        self.top_up()
+        return 0
+
+    cdef int on_settled(self, Delivery d) except -1:
+        """The publisher settled (receiver-settle-mode second: after our ACCEPTED)."""
+        cdef EoLinks g = self.owner
+        tag = d.tag
+        if self.deliveries.get(tag) is d:
+            del self.deliveries[tag]
+        g.topics[self.topic].publisher_settled(self.pub, tag, g.c_now())
+        self.top_up()
+        return 0
+
+    cpdef top_up(self):
+        """Credit back to PUBLISHER_WINDOW unaccepted deliveries, a quarter at a time."""
+        cdef int64_t want = self.owner.window - len(self.deliveries) - len(self.presettled)
+        if want - self.link.credit >= self.owner.window // 4:
+            self.link.flow(want)
+
+
+cdef class EoSub(EoEntry):
+    """A subscriber attachment (its outcomes and settlements are inputs)."""
+    cdef readonly tuple att
+    cdef readonly tuple sub
+    cdef readonly bint resumable
+    cdef public set settling  # settled by us, awaiting theirs
+    cdef public set peer_settled  # the subscriber settled first
+
+    def __init__(self, EoLinks owner, tuple att, tuple sub, str topic, Link link,
+                 bint resumable):
+        self.owner = owner
+        self.att = att
+        self.sub = sub
+        self.topic = topic
+        self.link = link
+        self.resumable = resumable
+        self.deliveries = {}
+        self.settling = set()
+        self.peer_settled = set()
+
+    cdef int on_outcome(self, Delivery d, int code, bint settled) except -1:
+        """A subscriber's disposition: its outcome, and/or its settlement."""
+        if not code and not settled:
+            return 0
+        cdef EoLinks g = self.owner
+        t = g.topics[self.topic]
+        tag = d.tag
+        cdef double now = g.c_now()
+        if is_terminal(code):
+            # any terminal outcome means the application has dealt with it (docs)
+            if code != D_ACCEPTED:
+                _eo_log.info("subscriber %r answered %#x for %r: counted as done",
+                             self.link.name, code, self.topic)
+            t.subscriber_accepted(self.att, tag, now)
+        if settled:
+            if tag in self.settling:
+                self.settling.discard(tag)
+                t.subscriber_settled(self.att, tag, now)
+            elif self.deliveries.get(tag) is d:
+                del self.deliveries[tag]
+                if t.eo:
+                    self.peer_settled.add(tag)
+        return 0
+
+
+cdef class EoApplier:
+    """One kind of a topic's staged output (the port's `appliers`, qrouter/guarantee.py):
+    `EoLinks.apply_outputs` runs it as a C call; calling it does the same."""
+    cdef readonly EoLinks owner
+    cdef readonly int kind
+    cdef readonly str topic
+
+    def __init__(self, EoLinks owner, str name, str topic):
+        self.owner = owner
+        self.kind = _EO_APPLIER_NAMES.index(name)
+        self.topic = topic
+
+    @property
+    def name(self):
+        return _EO_APPLIER_NAMES[self.kind]
+
+    def __call__(self, *args):
+        self.owner.c_apply(self, args)
+
+    def __repr__(self):
+        return f"<{self.name} of {self.topic!r}>"
+
+
+cdef class EoLinks:
+    """The per-message half of `qrouter.guarantee.Guarantees` (its base)."""
+    cdef public dict topics  # topic -> TopicRouter (an EoCore)
+    cdef public dict ports  # topic -> its port (qrouter/guarantee.py's _Port)
+    cdef public dict pubs  # (topic, pub) -> EoPub
+    cdef public dict subs  # AttId -> EoSub
+    cdef public list outputs  # (apply, args) to apply after the iteration's commit
+    cdef public AcceptedTags accepted_tags  # idempotent publishing (qrouter/eo/dedup.py)
+    cdef public object loop
+    cdef public bint journal  # the delivery journal is on (qrouter/server.py)
+    cdef public bint scheduled  # a flush is due (Guarantees.schedule)
+    cdef public int64_t window  # a publisher's unaccepted deliveries in flight per link
+
+    def __cinit__(self, *args, **kwargs):
+        self.topics = {}
+        self.ports = {}
+        self.pubs = {}
+        self.subs = {}
+        self.outputs = []
+        self.window = 500
+
+    def schedule(self):
+        """Have the iteration's commit and outputs run (Guarantees.schedule)."""
+
+    def journal_origin(self, topic, out_tag):
+        """(origin prefix, tag) of the publisher's delivery `out_tag` copies, for the journal;
+        (None, None) if unknown (Guarantees.journal_origin)."""
+        return None, None
+
+    cdef double c_now(self) except? -1:
+        if self.loop is not None:
+            return self.loop.time()
+        return monotonic()
+
+    cdef int c_stage(self, apply, tuple args) except -1:
+        self.outputs.append((apply, args))
+        if not self.scheduled:
+            self.schedule()
+        return 0
+
+    def apply_outputs(self, list outputs):
+        """Apply staged outputs in order (after their records are committed); one that fails
+        is logged and does not stop the others."""
+        for apply, args in outputs:
+            try:
+                if type(apply) is EoApplier:
+                    self.c_apply(<EoApplier>apply, <tuple>args)
+                else:
+                    apply(*args)
+            except Exception:
+                _eo_log.exception("guaranteed topics: applying %r failed", apply)
+
+    cdef int c_apply(self, EoApplier a, tuple args) except -1:
+        if a.kind == EO_DELIVER:
+            att, out_tag, body, resume = args
+            self.c_deliver(att, out_tag, body, resume)
+        elif a.kind == EO_SETTLE_SUBSCRIBER:
+            att, out_tag = args
+            self.c_settle_subscriber(att, out_tag)
+        else:
+            pub, tag = args
+            self.c_accept_publisher(a.topic, pub, tag)
+        return 0
+
+    # -- the outputs ---------------------------------------------------------------------------
+
+    def _out_deliver(self, att, out_tag, body, resume):
+        self.c_deliver(att, out_tag, body, resume)
+
+    def _out_settle_subscriber(self, att, out_tag):
+        self.c_settle_subscriber(att, out_tag)
+
+    def _out_accept_publisher(self, topic, pub, tag):
+        self.c_accept_publisher(topic, pub, tag)
+
+    cdef int c_deliver(self, att, bytes out_tag, bytes body, bint resume) except -1:
+        cdef EoSub s = self.subs.get(att)
+        if s is None:
+            return 0
+        prefix = tag = None
+        if body is None:
+            raise TypeError(f"no body for {out_tag!r}")  # (as Link.send would refuse it)
+        if self.journal:
+            # the journal names the publisher's delivery, so rows join across routers
+            prefix, tag = self.journal_origin(s.topic, out_tag)
+        s.deliveries[out_tag] = s.link.c_send(out_tag, body, False, 0, resume, None, prefix, tag)
+        return 0
+
+    cdef int c_settle_subscriber(self, att, bytes out_tag) except -1:
+        cdef EoSub s = self.subs.get(att)
+        if s is None:
+            return 0
+        cdef Delivery d = s.deliveries.pop(out_tag, None)
+        if out_tag in s.peer_settled or (d is not None and not d.sent):
+            # it settled first (or never saw it): nothing more to tell it
+            s.peer_settled.discard(out_tag)
+            if d is not None:
+                d.c_settle(False)
+            if s.resumable:
+                t = self.topics.get(s.topic)
+                if t is not None:
+                    t.subscriber_settled(att, out_tag, self.c_now())
+            return 0
+        if d is None:
+            if not s.resumable:
+                return 0  # delivered on an attachment that is gone; nothing to settle here
+            # reported on attach, delivered on an earlier attachment: resume it, empty, so
+            # that the settlement has a delivery to name (2.6.13)
+            d = s.link.c_send(out_tag, b"", False, 0, True, None, None, None)
+        if s.resumable:
+            s.settling.add(out_tag)
+            d.c_settle(True)
+        else:
+            d.c_settle(False)
+        return 0
+
+    cdef int c_accept_publisher(self, str topic, pub, tag) except -1:
+        cdef EoPub p = self.pubs.get((topic, pub))
+        if p is None:
+            return 0
+        if tag in p.presettled:
+            p.presettled.discard(tag)
+            t = self.topics.get(topic)
+            if t is not None:
+                t.publisher_settled(pub, tag, self.c_now())
+            return 0
+        cdef Delivery d = p.deliveries.get(tag)
+        if d is None:
+            p.accepted.add(tag)  # it is being resent: accept it when it arrives
+            return 0
+        d.c_update(D_ACCEPTED, None, p.settle_first)
+        cdef double now = self.c_now()
+        self.accepted_tags.add(p.key, tag, now)
+        if p.settle_first:
+            del p.deliveries[tag]
+            t = self.topics.get(topic)
+            if t is not None:
+                t.publisher_settled(pub, tag, now)
+            p.top_up()
+        return 0
+
+
+cdef class AcceptedTags:
+    """Idempotent publishing's memory (qrouter/eo/dedup.py, which documents it and re-exports
+    this): (link key, tag) -> the time it was accepted, forgotten after `ttl` seconds; at
+    most `per_link` tags per publisher link and `total` in all (docs/security.md)."""
+    cdef public double ttl
+    cdef public Py_ssize_t per_link
+    cdef public Py_ssize_t total
+    cdef public Py_ssize_t size
+    cdef public Py_ssize_t evicted  # tags forgotten early because of a cap
+    # link key -> its tags in the order accepted (tag -> time); links in the order last
+    # accepted to. OrderedDicts: dropping the oldest is O(1) (a dict's first item is not,
+    # once many were deleted before it)
+    cdef object _links
+
+    def __init__(self, double ttl, Py_ssize_t per_link=1000, Py_ssize_t total=100_000):
+        self.ttl = ttl
+        self.per_link = per_link
+        self.total = total
+        self.size = 0
+        self.evicted = 0
+        self._links = OrderedDict()
+
+    cpdef add(self, key, bytes tag, double now):
+        links = self._links
+        tags = links.get(key)
+        if tags is None:
+            tags = links[key] = OrderedDict()
+        else:
+            links.move_to_end(key)
+        if tag in tags:
+            del tags[tag]
+            self.size -= 1
+        tags[tag] = now
+        self.size += 1
+        if len(tags) > self.per_link:
+            tags.popitem(False)
+            self.size -= 1
+            self.evicted += 1
+        while self.size > self.total:
+            oldest_key, oldest = next(iter(links.items()))
+            if oldest_key == key and len(links) == 1:
+                oldest.popitem(False)  # (only with total < per_link)
+                self.size -= 1
+                self.evicted += 1
+                continue
+            del links[oldest_key]
+            self.size -= len(oldest)
+            self.evicted += len(oldest)
+
+    cpdef bint accepted(self, key, bytes tag, double now):
+        """Was `tag` accepted on this link within the last `ttl` seconds?"""
+        tags = self._links.get(key)
+        if tags is None:
+            return False
+        at = tags.get(tag)
+        return at is not None and now - <double>at <= self.ttl
+
+    def expire(self, double now):
+        """Forget what is older than `ttl` (called on the router's tick)."""
+        links = self._links
+        for key in list(links):
+            tags = links[key]
+            while tags:
+                tag, at = next(iter(tags.items()))
+                if now - <double>at <= self.ttl:
+                    break
+                del tags[tag]
+                self.size -= 1
+            if not tags:
+                del links[key]
+
+    def __len__(self):
+        return self.size

@@ -1,0 +1,75 @@
+"""Idempotent publishing's memory (qrouter/eo/dedup.py), compiled in the engine
+(qrouter/_fast/eo_links.pxi): the same answers, sizes and evictions as a plain model of what
+dedup.py documents, over random schedules of adds, look-ups and expiries."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from qrouter.eo.dedup import AcceptedTags
+
+
+class Model:
+    """(key, tag) -> time accepted; at most `per_link` tags a key (oldest out first) and
+    `total` in all (the key accepted to least recently out first), forgotten after `ttl`."""
+
+    def __init__(self, ttl: float, per_link: int, total: int) -> None:
+        self.ttl, self.per_link, self.total = ttl, per_link, total
+        self.links: OrderedDict[Hashable, OrderedDict[bytes, float]] = OrderedDict()
+        self.evicted = 0
+
+    def size(self) -> int:
+        return sum(len(tags) for tags in self.links.values())
+
+    def add(self, key: Hashable, tag: bytes, now: float) -> None:
+        tags = self.links.setdefault(key, OrderedDict())
+        self.links.move_to_end(key)
+        tags.pop(tag, None)
+        tags[tag] = now
+        if len(tags) > self.per_link:
+            tags.popitem(last=False)
+            self.evicted += 1
+        while self.size() > self.total:
+            oldest_key, oldest = next(iter(self.links.items()))
+            if oldest_key == key and len(self.links) == 1:
+                oldest.popitem(last=False)
+                self.evicted += 1
+                continue
+            del self.links[oldest_key]
+            self.evicted += len(oldest)
+
+    def accepted(self, key: Hashable, tag: bytes, now: float) -> bool:
+        at = self.links.get(key, {}).get(tag)
+        return at is not None and now - at <= self.ttl
+
+    def expire(self, now: float) -> None:
+        for key in list(self.links):
+            tags = self.links[key]
+            for tag in [t for t, at in tags.items() if now - at > self.ttl]:
+                del tags[tag]
+            if not tags:
+                del self.links[key]
+
+
+def test_compiled_accepted_tags_matches_the_model() -> None:
+    for seed in range(200):
+        rnd = random.Random(seed)
+        per_link, total = rnd.randint(1, 8), rnd.randint(1, 20)
+        model, real = Model(5.0, per_link, total), AcceptedTags(5.0, per_link, total)
+        now = 0.0
+        for _ in range(300):
+            now += rnd.random()
+            key = ("topic", ("container", str(rnd.randint(0, 4))))
+            tag = bytes([rnd.randint(0, 9)])
+            op = rnd.random()
+            if op < 0.6:
+                model.add(key, tag, now)
+                real.add(key, tag, now)
+            elif op < 0.9:
+                assert real.accepted(key, tag, now) == model.accepted(key, tag, now), seed
+            else:
+                model.expire(now)
+                real.expire(now)
+            assert (len(real), real.evicted) == (model.size(), model.evicted), seed
