@@ -165,6 +165,8 @@ def rows_of(
         if run.router_cpu_s is not None and run.sent:
             row.router_cpu_us_per_msg = run.router_cpu_s * 1e6 / run.sent
         notes: list[str] = [f"p99.9 {run.p999}"]
+        if len(runs[k]) > 1:  # the row is the median run by p99: the other runs' p50s too
+            notes.append("p50s " + "/".join(str(r.p50) for r in runs[k]))
         if k != "direct":
             notes.append(ratios(run, median.get("direct"), "direct"))
         if k.startswith("qrouter"):
