@@ -108,22 +108,27 @@ def start_routers(
 
 
 def through_relays(b: Bench, m: ModuleType, kind: str, addr: str, count: int) -> Run:
-    """One run through 1 or 2 byte relays in series: sender → relay → (relay →) receiver; the
-    relays' CPU (schedstat, as a router's) over the run in router_cpu_s."""
-    cfg = b.cfg
+    """One run of a relay kind of this scenario (relay_name)."""
     hops = 2 if kind.startswith("relay (2") else 1
-    spin = spin_of(kind, cfg.relay_spins)
+    return relay_run(m, b.cfg, hops, spin_of(kind, b.cfg.relay_spins), addr, count, b.cfg.rate)
+
+
+def relay_run(
+    m: ModuleType, cfg: Any, hops: int, spin: int, addr: str, count: int, rate: int
+) -> Run:
+    """One run through `hops` byte relays in series: sender → relay → (relay →) receiver, the
+    relays started for it; their CPU (schedstat, as a router's) over the run in router_cpu_s."""
     recv_port = m.free_port()
     with ExitStack() as stack:
         target = recv_port
         relays: list[Any] = []
         for i in range(hops):  # the last relay first: each connects onward only when accepted
-            relay = stack.enter_context(m.Relay(cfg.logs, f"{kind} {i}", target, spin))
+            relay = stack.enter_context(m.Relay(cfg.logs, f"relay {hops}.{i} {spin}", target, spin))
             relays.insert(0, relay)
             target = relay.port
         ns0 = sum(r.run_ns() for r in relays)
         run = m.run_load(
-            cfg, recv_port, addr, count=count, rate=cfg.rate, listen=True, send_port=target
+            cfg, recv_port, addr, count=count, rate=rate, listen=True, send_port=target
         )
         for r in relays:
             r.check()
