@@ -145,3 +145,39 @@ def test_an_amqp_exchange_passes_through_relays(relay_bin: Path, load_bin: Path,
     run = run_of(_report("SEND", send.stdout), [_report("RECV", out)], presettled=False)
     assert (run.sent, run.received, run.other) == (500, 500, 0)
     assert run.p50 > 0
+
+
+def test_latency_rows_compare_qrouter_with_the_relay_of_as_many_hops() -> None:
+    from qrouter_tools.bench import run as m
+    from qrouter_tools.bench.latency import kinds, rows_of
+
+    names = kinds((0, 50))
+    assert names == [
+        "direct",
+        "relay (1 hop)",
+        "relay (1 hop), spin 50 µs",
+        "qrouter (1 hop)",
+        "relay (2 hops)",
+        "relay (2 hops), spin 50 µs",
+        "qrouter (2 hops)",
+    ]
+
+    def run(p50: int, p99: int, cpu: float | None) -> m.Run:
+        return m.Run(2000.0, 1000, 1000, 0, p50, p50, p99, router_cpu_s=cpu, p999=p99 * 2)
+
+    runs: dict[str, list[m.Run]] = {k: [] for k in names}
+    runs["direct"] = [run(40, 100, None)]
+    runs["relay (1 hop)"] = [run(60, 200, 0.02), run(50, 150, 0.02), run(70, 300, 0.02)]
+    runs["qrouter (1 hop)"] = [run(90, 400, 0.03)]
+    runs["relay (2 hops)"] = [run(80, 400, 0.04)]
+    runs["qrouter (2 hops)"] = [run(160, 800, 0.1)]
+    rows = {r.scenario: r for r in rows_of(m, 2000, names, runs, {})}
+    relay = rows["relay (1 hop) @2,000/s"]
+    assert (relay.p50_us, relay.p99_us) == (60, 200)  # the median run by p99
+    assert relay.router_cpu_us_per_msg == pytest.approx(20.0)
+    assert "p50s 60/50/70" in relay.note and "× direct p50 1.50 / p99 2.00" in relay.note
+    one = rows["qrouter (1 hop) @2,000/s"].note
+    assert "× relay p50 1.50 / p99 2.00" in one and "CPU × relay 1.50" in one
+    two = rows["qrouter (2 hops) @2,000/s"].note
+    assert "× direct p50 4.00 / p99 8.00" in two and "× relay p50 2.00 / p99 2.00" in two
+    assert rows["relay (2 hops), spin 50 µs @2,000/s"].note == "failed: no run"

@@ -170,6 +170,8 @@ def tail(path: Path, lines: int = 2) -> str:
 class Router:
     """One router process: `python -m qrouter start` on a free loopback port."""
 
+    what = "router"  # in the errors
+
     def __init__(self, logs: Path, name: str, *extra: str) -> None:
         self.port = free_port()
         slug = re.sub(r"[^\w.-]+", "-", name)
@@ -191,7 +193,7 @@ class Router:
             )
         if not wait_listening(self.port, self.proc, ROUTER_START_S):
             stop(self.proc)
-            raise BenchError(f"router failed to start: {tail(self.log)}")
+            raise BenchError(f"{self.what} failed to start: {tail(self.log)}")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -202,7 +204,7 @@ class Router:
     def check(self) -> None:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise BenchError(f"router exited ({self.proc.returncode}): {tail(self.log)}")
+            raise BenchError(f"{self.what} exited ({self.proc.returncode}): {tail(self.log)}")
 
     def cpu_s(self) -> float:
         """utime + stime of the router process (proc(5): fields 14 and 15 of stat)."""
@@ -249,6 +251,8 @@ class Router:
 class Relay(Router):
     """One byte_relay process (byte_relay.c) on a free loopback port, relaying each connection
     to 127.0.0.1:target; the same CPU and liveness readings as a router's."""
+
+    what = "byte relay"
 
     def __init__(self, logs: Path, name: str, target: int, spin_us: int = 0) -> None:
         self.port = free_port()
