@@ -62,7 +62,7 @@ class Config:
     rate: int
     idle_n: int
     logs: Path
-    relay_spins: tuple[int, ...] = (0,)  # latency, sweep: the byte relays' spin, µs (0: none)
+    relay_spins: tuple[int, ...] = (0,)  # latency: the byte relays' spins, µs (0: none)
 
 
 @dataclass
@@ -1340,7 +1340,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--relay-spin",
         default="0",
-        help="latency, sweep: comma-separated spins of the byte relay rows, µs (0: no spin)",
+        help="latency: comma-separated spins of the byte relay rows, µs (0: no spin)",
     )
     p.add_argument("--json", type=Path, help="also write the rows to this file")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
