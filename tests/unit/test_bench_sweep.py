@@ -31,3 +31,20 @@ def test_table_has_ratios_to_direct_and_cpu(capsys: pytest.CaptureFixture[str]) 
         "| 2,000 | 40 / 60 / 100 / 200 | 60 / 90 / 150 / 300 | 1.50 / 1.50 | 20.0 "
         "| 80 / 120 / 300 / 600 | 2.00 / 3.00 | 41.5 |"
     ]
+
+
+def test_table_has_the_relay_columns_when_relays_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    points = [
+        Point("direct", 1_000, 40, 60, 100, 200, None),
+        Point("relay 1 hop", 1_000, 50, 70, 110, 220, 11.0),
+        Point("one hop", 1_000, 60, 90, 150, 300, 20.0),
+    ]
+    print_sweep(points, {})
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if line.startswith("| rate"))
+    assert "relay 1 hop × direct p50/p99" in head and "two hops" not in head
+    row = next(line for line in out if line.startswith("| 1,000"))
+    assert row == (
+        "| 1,000 | 40 / 60 / 100 / 200 | 50 / 70 / 110 / 220 | 1.25 / 1.10 | 11.0 "
+        "| 60 / 90 / 150 / 300 | 1.50 / 1.50 | 20.0 |"
+    )

@@ -37,6 +37,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "amqp_load.c"
+RELAY_SOURCE = HERE / "byte_relay.c"  # a TCP byte relay: the least work of an intermediary
 CLIENT_LOAD = HERE / "client_load.py"  # the load client on qrouter.client (client_load.py)
 CHECKOUT = HERE.parents[1] if (HERE.parents[1] / "setup.py").exists() else None
 HOST = "127.0.0.1"
@@ -61,6 +62,7 @@ class Config:
     rate: int
     idle_n: int
     logs: Path
+    relay_spins: tuple[int, ...] = (0,)  # latency: the byte relays' spins, µs (0: none)
 
 
 @dataclass
@@ -172,6 +174,8 @@ def tail(path: Path, lines: int = 2) -> str:
 class Router:
     """One router process: `python -m qrouter start` on a free loopback port."""
 
+    what = "router"  # in the errors
+
     def __init__(self, logs: Path, name: str, *extra: str) -> None:
         self.port = free_port()
         slug = re.sub(r"[^\w.-]+", "-", name)
@@ -193,7 +197,7 @@ class Router:
             )
         if not wait_listening(self.port, self.proc, ROUTER_START_S):
             stop(self.proc)
-            raise BenchError(f"router failed to start: {tail(self.log)}")
+            raise BenchError(f"{self.what} failed to start: {tail(self.log)}")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -204,7 +208,7 @@ class Router:
     def check(self) -> None:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise BenchError(f"router exited ({self.proc.returncode}): {tail(self.log)}")
+            raise BenchError(f"{self.what} exited ({self.proc.returncode}): {tail(self.log)}")
 
     def cpu_s(self) -> float:
         """utime + stime of the router process (proc(5): fields 14 and 15 of stat)."""
@@ -260,33 +264,69 @@ class Router:
         raise BenchError("no VmRSS")
 
 
+class Relay(Router):
+    """One byte_relay process (byte_relay.c) on a free loopback port, relaying each connection
+    to 127.0.0.1:target; the same CPU and liveness readings as a router's."""
+
+    what = "byte relay"
+
+    def __init__(self, logs: Path, name: str, target: int, spin_us: int = 0) -> None:
+        self.port = free_port()
+        slug = re.sub(r"[^\w.-]+", "-", name)
+        self.log = logs / f"relay-{slug}-{self.port}.log"
+        self.args = [str(find_relay()), str(self.port), str(target), str(spin_us)]
+        self.proc = None
+
+
 # ---------------------------------------------------------------- the load client
+
+
+def bench_bin_dir() -> Path:
+    """Where the bench's C tools are compiled: tools/bench/bin/ in a checkout, else the cache."""
+    if CHECKOUT:
+        return HERE / "bin"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qrouter" / "bench"
+
+
+def build_c(source: Path, name: str, link_options: list[list[str]]) -> Path:
+    """`source` compiled with the system C compiler into bench_bin_dir()/name, unless the
+    binary there is newer; each of `link_options` tried in turn. Raises BenchError."""
+    cache = bench_bin_dir()
+    binary = cache / name
+    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+        return binary
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"{name}.{os.getpid()}"  # then rename: concurrent builds stay safe
+    err = ""
+    for libs in link_options:
+        cmd = [os.environ.get("CC", "cc"), "-O2", "-o", str(tmp), str(source), *libs]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            tmp.replace(binary)
+            return binary
+        err = done.stderr.strip()
+    raise BenchError(f"cannot build {name}: {err[-300:]}")
 
 
 def find_load_client(explicit: Path | None) -> Path:
     """The amqp_load binary: given, or compiled from amqp_load.c when missing or older."""
     if explicit:
         return explicit
-    cache = (
-        HERE / "bin"
-        if CHECKOUT
-        else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qrouter" / "bench"
-    )
-    binary = cache / "amqp_load"
-    if binary.exists() and binary.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return binary
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f"amqp_load.{os.getpid()}"  # then rename: concurrent builds stay safe
-    err = ""
     # Debian's libqpid-proton.so holds core and proactor; other builds split them.
-    for libs in (["-lqpid-proton"], ["-lqpid-proton-proactor", "-lqpid-proton-core"]):
-        cmd = [os.environ.get("CC", "cc"), "-O2", "-o", str(tmp), str(SOURCE), *libs]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if done.returncode == 0:
-            tmp.replace(binary)
-            return binary
-        err = done.stderr.strip()
-    raise BenchError(f"cannot build amqp_load (needs cc and libqpid-proton-dev): {err[-300:]}")
+    try:
+        return build_c(
+            SOURCE,
+            "amqp_load",
+            [["-lqpid-proton"], ["-lqpid-proton-proactor", "-lqpid-proton-core"]],
+        )
+    except BenchError as e:
+        raise BenchError(f"{e} (needs cc and libqpid-proton-dev)") from None
+
+
+def find_relay() -> Path:
+    """The byte_relay binary (byte_relay.c: the floor of an intermediary, issue 18), compiled
+    like amqp_load; it needs only the C library."""
+    return build_c(RELAY_SOURCE, "byte_relay", [[]])
 
 
 def _report(prefix: str, out: str) -> dict[str, str]:
@@ -1012,11 +1052,14 @@ def _eo_rss(b: Bench, store: str | None) -> Row:
     return row
 
 
-def latency(b: Bench) -> Row:
-    rate = b.cfg.rate
-    row = b.through_router(f"one-hop unsettled @{rate}/s", rate=rate)
-    row.note = row.note or "latency; target p50 ≤ 100 µs, p99 ≤ 350 µs"
-    return row
+def latency(b: Bench) -> None:
+    """One-way latency at --rate: direct, byte relays and qrouter, one hop and two hops,
+    alternating (latency.py)."""
+    import importlib
+
+    importlib.import_module(f"{__package__}.latency" if __package__ else "latency").latency(
+        b, sys.modules[__name__]
+    )
 
 
 def sweep(b: Bench) -> None:
@@ -1318,6 +1361,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-n", type=int, default=1000, help="idle connections / links measured")
     p.add_argument("--abuse-kinds", default=None, help="the abuse scenario's abusers")
     p.add_argument("--amqp-load", type=Path, help="a prebuilt amqp_load binary")
+    p.add_argument(
+        "--relay-spin",
+        default="0",
+        help="latency: comma-separated spins of the byte relay rows, µs (0: no spin)",
+    )
     p.add_argument("--json", type=Path, help="also write the rows to this file")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = p.parse_args(argv)
@@ -1338,8 +1386,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     logs = Path(tempfile.mkdtemp(prefix="qrouter-bench-"))  # kept: logs explain failed rows
+    try:
+        spins = tuple(int(x) for x in args.relay_spin.split(","))
+    except ValueError:
+        p.error(f"--relay-spin: integers, comma-separated, not {args.relay_spin!r}")
     cfg = Config(
-        load, args.count, args.repeat, args.body, args.credit, args.rate, args.idle_n, logs
+        load, args.count, args.repeat, args.body, args.credit, args.rate, args.idle_n, logs, spins
     )
     bench = Bench(cfg)
     for name in names:

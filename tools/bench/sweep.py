@@ -1,11 +1,12 @@
 """The latency sweep (`run.py --scenarios sweep`, issue 18): one-way latency and router CPU
 per message at fixed rates from 1,000 msg/s up to 80% of the measured maximum, for one hop
-and two hops, beside direct client-to-client runs at the same rates; a table, and a PNG plot
+and two hops, beside direct client-to-client runs and runs through one and two byte relays
+(byte_relay.c: the floor of any intermediary) at the same rates; a table, and a PNG plot
 when matplotlib is installed.
 
-Runs at one rate alternate (direct, one hop, two hops, then again `--repeat` times) so that
-load from elsewhere on the machine falls on all three alike; each figure is the median run
-by p99. The routers stay up for the whole sweep.
+Runs at one rate alternate (direct, relay, one hop, two relays, two hops, then again
+`--repeat` times) so that load from elsewhere on the machine falls on all alike; each figure
+is the median run by p99. The routers stay up for the whole sweep; relays are started per run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ if TYPE_CHECKING:
 LADDER = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000)
 FRACTION = 0.8  # of the measured maximum: the highest rate swept
 SECONDS = 5  # of messages at each rate and run (at least 5,000 messages)
-KINDS = ("direct", "one hop", "two hops")
+KINDS = ("direct", "relay 1 hop", "one hop", "relay 2 hops", "two hops")
+# the relay kinds: the same connection through byte relays (byte_relay.c, latency.py), the
+# floor of any intermediary; their CPU column is the relays'
+RELAY_HOPS = {"relay 1 hop": 1, "relay 2 hops": 2}
 
 
 @dataclass
@@ -48,6 +52,9 @@ def rates(maximum: float) -> list[int]:
 def sweep(b: Bench, m: ModuleType) -> None:
     """`m` is run.py's module (a script's __main__ or the package's), for its Router,
     run_load and free_port."""
+    import importlib
+
+    latency = importlib.import_module(m.__package__ + ".latency" if m.__package__ else "latency")
     cfg = b.cfg
     count_at = lambda rate: max(5_000, min(cfg.count, rate * SECONDS))  # noqa: E731
     ir_port = m.free_port()
@@ -66,10 +73,13 @@ def sweep(b: Bench, m: ModuleType) -> None:
             tag = iter(range(1_000_000))
 
             def once(kind: str, rate: int) -> Run:
-                routers = {"direct": [], "one hop": [one], "two hops": [a, b2]}[kind]
-                ns0 = sum(r.run_ns() for r in routers)
                 addr = f"sweep.{next(tag)}"
                 count = count_at(rate) if rate else cfg.count
+                if kind in RELAY_HOPS:
+                    hops = RELAY_HOPS[kind]
+                    return latency.relay_run(m, cfg, hops, 0, addr, count, rate)
+                routers = {"direct": [], "one hop": [one], "two hops": [a, b2]}[kind]
+                ns0 = sum(r.run_ns() for r in routers)
                 if kind == "direct":
                     port = m.free_port()
                     run = m.run_load(cfg, port, addr, count=count, rate=rate, listen=True)
@@ -111,11 +121,13 @@ def sweep(b: Bench, m: ModuleType) -> None:
 
 
 def print_sweep(points: list[Point], maxima: dict[str, float]) -> None:
-    """Markdown: one line per rate; each kind's p50/p90/p99/p99.9 µs, the router kinds' p50
-    and p99 as × direct, and their router CPU µs per message."""
+    """Markdown: one line per rate; each kind's p50/p90/p99/p99.9 µs, the router and relay
+    kinds' p50 and p99 as × direct, and their CPU µs per message (kinds without a point are
+    left out)."""
     by = {(p.kind, p.rate): p for p in points}
     head = ["rate msg/s", "direct p50/p90/p99/p99.9"]
-    for k in KINDS[1:]:
+    shown = [k for k in KINDS[1:] if any(p.kind == k for p in points)]
+    for k in shown:
         head += [f"{k} p50/p90/p99/p99.9", f"{k} × direct p50/p99", f"{k} CPU µs/msg"]
     print("latency sweep (µs, one-way, unsettled; median run by p99)")
     if maxima:
@@ -125,7 +137,7 @@ def print_sweep(points: list[Point], maxima: dict[str, float]) -> None:
     for rate in sorted({p.rate for p in points}):
         d = by.get(("direct", rate))
         line = [f"{rate:,}", pcts(d)]
-        for k in KINDS[1:]:
+        for k in shown:
             p = by.get((k, rate))
             ratio = ""
             if p and d and d.p50 and d.p99:
@@ -152,7 +164,8 @@ def plot(points: list[Point], path: Path) -> None:
     if not points:
         return
     fig, ax = plt.subplots(figsize=(8, 5))
-    for kind, colour in zip(KINDS, ("black", "tab:blue", "tab:orange"), strict=True):
+    colours = ("black", "tab:green", "tab:blue", "tab:olive", "tab:orange")
+    for kind, colour in zip(KINDS, colours, strict=True):
         ps = sorted((p for p in points if p.kind == kind), key=lambda p: p.rate)
         xs = [p.rate for p in ps]
         ax.plot(xs, [p.p50 for p in ps], "o-", color=colour, label=f"{kind} p50")
