@@ -213,8 +213,8 @@ def test_the_protocol_over_the_compact_encoding() -> None:
     """The core's records, through eo_pack / eo_unpack and the compiled receive loop
     (`receive_messages`), carry a delivery from publisher to subscribers and back."""
     from qrouter._fast.engine import eo_pack, eo_unpack
-    from qrouter._fast.eo_core import receive_messages
 
+    from qrouter._fast.eo_core import receive_messages
     from qrouter.eo.tags import outgoing_tag
 
     class Router:  # what receive_messages needs of qrouter.guarantee.Guarantees
@@ -257,3 +257,20 @@ def test_the_protocol_over_the_compact_encoding() -> None:
     assert ops == ["FWD", "ACCEPT", "SETTLE", "SEEN"]
     # the records went straight to the cores: only the control maps came back
     assert all(isinstance(m, dict) for r in routers.values() for m in r.others)
+
+
+def test_the_maps_of_a_router_before_the_records_are_still_understood() -> None:
+    """FWD / ACCEPT as an older router sends them (maps): delivered, and accepted upstream."""
+    from qrouter.eo.messages import att_wire
+    from qrouter.eo.tags import outgoing_tag
+
+    net = Net("AB", mode=EXACTLY_ONCE)
+    sub, pub = ("sc", "sl"), ("pc", "pl")
+    att = net.r["B"].subscriber_attached(sub, [], 0.0)
+    net.pump()
+    t = outgoing_tag(*pub, b"t1")
+    fwd = make("FWD", "", t=t, pub=list(pub), tag=b"t1", body=b"m", targets=[att_wire(att)])
+    net.r["B"].receive("A", fwd, 0.0)
+    assert [d[1:4] for d in net.take("deliver")] == [(att, t, b"m")]
+    net.r["B"].subscriber_accepted(att, t, 0.0)
+    assert [m for _, dst, m in net.wire if dst == "A"] == [("ACCEPT", "", t, (sub,))]
