@@ -44,7 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.codec import Described, UByte, ULong, encode
 from qrouter._fast.engine import Link, source_value, state_code, target_value
-from qrouter._fast.eo_core import RouterOutbox, receive_messages, split_writes, stage_writes
+from qrouter._fast.eo_core import (
+    RouterOutbox,
+    receive_envelopes,
+    receive_messages,
+    split_writes,
+    stage_writes,
+)
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from qrouter.eo.dedup import AcceptedTags
 from qrouter.eo.messages import make
@@ -735,8 +741,8 @@ class Guarantees:
             self.dropped += 1
             log.warning("undecodable guaranteed-topic batch dropped")
             return
-        for envelope in envelopes:
-            self.receive(envelope)
+        # ours, in sequence: straight to the topics (compiled); the rest through receive
+        receive_envelopes(self, envelopes, self.now())
 
     def _lacking(self, src: str, topic: str, op: Any) -> None:
         """`src` runs the protocol for a topic we have no guarantee for (a configuration
