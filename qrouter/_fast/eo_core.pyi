@@ -19,6 +19,7 @@ RECORD_OPS: tuple[str, ...]
 
 class ProtocolError(ValueError): ...
 
+def record_map(record: tuple[Any, ...]) -> dict[str, Any]: ...
 def att_of(value: Any) -> AttId: ...
 def sub_of(value: Any) -> Sub: ...
 
@@ -132,6 +133,7 @@ class EoCore:
     _closed_since: dict[Sub, float]
     _up: set[str]
     _lacking: set[str]
+    _records_ok: set[str]
     _barrier: dict[str, int]
     _epoch: int
     _loopback: deque[Any]

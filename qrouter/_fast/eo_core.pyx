@@ -460,6 +460,10 @@ cdef tuple _att_of(value):
 
 
 cdef tuple _sub_of(value):
+    if type(value) is tuple and len(<tuple>value) == 2 and type((<tuple>value)[0]) is str and (
+        type((<tuple>value)[1]) is str
+    ):
+        return <tuple>value
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise _ProtocolError(f"bad subscriber id {value!r}")
     container, link = value
@@ -500,6 +504,27 @@ cdef tuple _subs_of(value):
     if not isinstance(value, list):
         raise _ProtocolError("bad subscriber list")
     return tuple([_sub_of(s) for s in <list>value])
+
+
+cdef dict _record_map(tuple m):
+    """A record as the map of the same op that routers before the records read."""
+    op = m[0]
+    cdef dict out = {"op": op, "v": EO_VERSION, "topic": m[1], "t": m[2]}
+    if op == "FWD":
+        out["pub"] = list(m[3])
+        out["tag"] = m[4]
+        out["body"] = m[5]
+        out["targets"] = [list(a) for a in m[6]]
+    elif op == "SETTLE":
+        out["targets"] = [list(a) for a in m[3]]
+    else:
+        out["subs"] = [list(s) for s in m[3]]
+    return out
+
+
+def record_map(tuple record):
+    """`_record_map`, for tests."""
+    return _record_map(record)
 
 
 def att_of(value):
@@ -557,6 +582,7 @@ cdef class EoCore:
     cdef public dict _closed_since
     cdef public set _up
     cdef public set _lacking
+    cdef public set _records_ok  # peers that read records; the others get maps (protocol.py)
     cdef public dict _barrier
     cdef public long long _epoch
     cdef public object _loopback  # deque of our own messages
@@ -1002,6 +1028,8 @@ cdef class EoCore:
         if router == self.router_id:
             self._loopback.append(msg)
         elif router in self._up:
+            if type(msg) is tuple and router not in self._records_ok:
+                msg = _record_map(<tuple>msg)  # a router before the records
             self._sends.append(("to_router", (router, msg)))
 
     cdef _c_log(self, level, text):

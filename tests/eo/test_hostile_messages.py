@@ -274,3 +274,52 @@ def test_the_maps_of_a_router_before_the_records_are_still_understood() -> None:
     assert [d[1:4] for d in net.take("deliver")] == [(att, t, b"m")]
     net.r["B"].subscriber_accepted(att, t, 0.0)
     assert [m for _, dst, m in net.wire if dst == "A"] == [("ACCEPT", "", t, (sub,))]
+
+
+def test_a_router_before_the_records_gets_maps() -> None:
+    """A peer whose SUBS does not say `records` (a router before them) is sent FWD / ACCEPT /
+    SETTLE / SEEN as the maps it reads (checked with the map schema); one that says it gets
+    records. The delivery goes through either way."""
+    from qrouter.eo.messages import check
+    from qrouter.eo.tags import outgoing_tag
+
+    net = Net("AB", mode=EXACTLY_ONCE)
+    old = {"A"}  # A plays the older router: its SUBS lack "records"
+
+    def pump() -> list[tuple[str, str, Any]]:
+        seen = []
+        while net.wire:
+            src, dst, msg = net.wire.popleft()
+            if src in old and isinstance(msg, dict) and msg["op"] == "SUBS":
+                msg = {k: v for k, v in msg.items() if k != "records"}
+            seen.append((src, dst, msg))
+            net.r[dst].receive(src, msg, 0.0)
+        return seen
+
+    net.r["A"].router_down("B", 0.0)
+    net.r["B"].router_down("A", 0.0)
+    net.r["A"].router_up("B", 0.0)
+    net.r["B"].router_up("A", 0.0)
+    pub, sub = ("pc", "pl"), ("sc", "sl")
+    att = net.r["A"].subscriber_attached(sub, [], 0.0)
+    sent = pump()
+    net.r["B"].publisher_attached(pub, [], 0.0)
+    net.r["B"].publisher_transfer(pub, b"t1", b"body", 0.0)
+    sent += pump()
+    t = outgoing_tag(*pub, b"t1")
+    assert [d[1:3] for d in net.take("deliver")] == [(att, t)]
+    net.r["A"].subscriber_accepted(att, t, 0.0)
+    sent += pump()
+    assert net.take("accept") == [("accept", pub, b"t1")]
+    net.r["B"].publisher_settled(pub, b"t1", 0.0)
+    sent += pump()
+    net.r["A"].subscriber_settled(att, t, 0.0)
+    sent += pump()
+    assert net.r["B"].origin_records() == {}
+    to_old = [m for _, dst, m in sent if dst == "A"]
+    assert all(isinstance(m, dict) for m in to_old)
+    assert [m["op"] for m in to_old if m["op"] in ("FWD", "SETTLE")] == ["FWD", "SETTLE"]
+    for m in to_old:
+        check(m)  # what the older router's schema accepts
+    from_old = [m for src, _, m in sent if src == "A" and not isinstance(m, dict)]
+    assert [m[0] for m in from_old] == ["ACCEPT", "SEEN"]  # (A itself reads records)
