@@ -413,6 +413,17 @@ cdef class LocalRecord(_Record):
         return self.c_all_seen()
 
 
+cdef LocalRecord _new_local(bytes out_tag):
+    """LocalRecord(out_tag), without the call's argument parsing (one per delivery and
+    subscriber router)."""
+    cdef LocalRecord rec = LocalRecord.__new__(LocalRecord)
+    rec.out_tag = out_tag
+    rec.drivers = set()
+    rec.subs = {}
+    rec.settled_by = set()
+    return rec
+
+
 cdef class PubLink:
     """A publisher link attached here (protocol.py's `_PubLink`)."""
 
@@ -768,7 +779,7 @@ cdef class EoCore:
         if rec is None:
             if not live:
                 return
-            rec = LocalRecord(out_tag)
+            rec = _new_local(out_tag)
             self._locals[out_tag] = rec
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
@@ -810,7 +821,7 @@ cdef class EoCore:
         cdef int st
         cdef set seen
         if rec is None:
-            rec = LocalRecord(out_tag)
+            rec = _new_local(out_tag)
             self._locals[out_tag] = rec
         if not rec.settled:
             rec.settled = True
