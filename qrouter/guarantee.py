@@ -825,7 +825,7 @@ class Guarantees:
             if op in ("PING", "PONG"):
                 # nothing here about the topic (dropped idle, or never made): everything
                 # we sent on this channel before has arrived, so PONG at once; no state
-                if op == "PING" and isinstance(message.get("e"), int):
+                if op == "PING" and isinstance(message, dict) and isinstance(message.get("e"), int):
                     self._out_to_router(src, make("PONG", name, e=message["e"]))
                 return
             t = self.topic(name)
