@@ -55,7 +55,13 @@ from qrouter._fast.engine import (
     state_code,
     target_value,
 )
-from qrouter._fast.eo_core import split_writes, stage_writes
+from qrouter._fast.eo_core import (
+    RouterOutbox,
+    receive_envelopes,
+    receive_messages,
+    split_writes,
+    stage_writes,
+)
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from qrouter.eo.dedup import AcceptedTags
 from qrouter.eo.messages import make
@@ -104,7 +110,7 @@ class _Port:
         # them itself through this map (EoCore._stage), without calling the methods below;
         # the EoAppliers run as C calls in the engine (`EoLinks.apply_outputs`)
         self.appliers: dict[str, Callable[..., None]] = {
-            "to_router": g._out_to_router,
+            "to_router": g.outbox,  # (compiled: no Python frame per message)
             "deliver": EoApplier(g, "deliver", topic),
             "settle_subscriber": EoApplier(g, "settle_subscriber", topic),
             "accept_publisher": EoApplier(g, "accept_publisher", topic),
@@ -201,6 +207,8 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.mismatches: set[tuple[str, str]] = set()
         self.idle_since: dict[str, float] = {}  # topic -> idle (TopicRouter.idle) since
         self.next_att = 0  # the attachment counter of dropped topics, to continue from
+        # `_out_to_router` compiled for a message whose envelope is open (qrouter/_fast/eo_core)
+        self.outbox = RouterOutbox(self)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -612,8 +620,8 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             self.dropped += 1
             log.warning("undecodable guaranteed-topic batch dropped")
             return
-        for envelope in envelopes:
-            self.receive(envelope)
+        # ours, in sequence: straight to the topics (compiled); the rest through receive
+        receive_envelopes(self, envelopes, self.now())
 
     def _lacking(self, src: str, topic: str, op: Any) -> None:
         """`src` runs the protocol for a topic we have no guarantee for (a configuration
@@ -670,28 +678,38 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             messages = [envelope.get("m")]  # one message: a router before "ms"
         elif not isinstance(messages, list):
             messages = [None]
-        now = self.now()
-        topics = self.topics
-        for message in messages:
-            name = message.get("topic") if isinstance(message, dict) else None
-            if not isinstance(name, str):
-                self.dropped += 1
-                log.warning("undecodable guaranteed-topic message from %r dropped", src)
-                continue
-            t = topics.get(name)
-            if t is None:
-                if self.guarantee_of(name) is None:
-                    self._lacking(src, name, message.get("op"))
-                    continue
-                if message.get("op") in ("PING", "PONG"):
-                    # nothing here about the topic (dropped idle, or never made): everything
-                    # we sent on this channel before has arrived, so PONG at once; no state
-                    if message.get("op") == "PING" and isinstance(message.get("e"), int):
-                        self._out_to_router(src, make("PONG", name, e=message["e"]))
-                    continue
-                t = self.topic(name)
-                assert t is not None
-            t.receive(src, message, now)
+        # the per-message records go straight to their topic's core (compiled); the rest
+        # comes back to receive_one
+        receive_messages(self, src, messages, self.now())
+
+    def receive_one(self, src: str, message: Any, now: float) -> None:
+        """One message of an envelope that `receive_messages` does not take itself: a map (the
+        control ops, or a router before the records), a record for a topic not made here, or
+        something malformed (None: a record that did not decode)."""
+        if isinstance(message, dict):
+            name, op = message.get("topic"), message.get("op")
+        elif isinstance(message, tuple) and len(message) >= 2:
+            name, op = message[1], message[0]
+        else:
+            name = op = None
+        if not isinstance(name, str):
+            self.dropped += 1
+            log.warning("undecodable guaranteed-topic message from %r dropped", src)
+            return
+        t = self.topics.get(name)
+        if t is None:
+            if self.guarantee_of(name) is None:
+                self._lacking(src, name, op)
+                return
+            if op in ("PING", "PONG"):
+                # nothing here about the topic (dropped idle, or never made): everything
+                # we sent on this channel before has arrived, so PONG at once; no state
+                if op == "PING" and isinstance(message, dict) and isinstance(message.get("e"), int):
+                    self._out_to_router(src, make("PONG", name, e=message["e"]))
+                return
+            t = self.topic(name)
+            assert t is not None
+        t.receive(src, message, now)
 
 
 def _unsettled(value: Any) -> dict[bytes, bool]:

@@ -64,6 +64,17 @@ FIELDS = {
 }
 
 
+# The per-message ops travel as records, not maps (docs/exactly-once.md, "Messages"): tuples
+# of typed values, headed by the op, which the envelopes' compact encoding writes as fixed
+# binary records (qrouter/_fast/eo_wire.pxi) and decodes straight back into the same tuples.
+#   ("FWD", topic, t, pub, tag, body, targets)    pub: (container, link)
+#   ("ACCEPT", topic, t, subs)                     subs: ((container, link), ...)
+#   ("SETTLE", topic, t, targets)                  targets: ((router, instance, n), ...)
+#   ("SEEN", topic, t, subs)
+# The maps of the same ops (a router before the records) are still understood.
+RECORD_OPS = ("FWD", "ACCEPT", "SETTLE", "SEEN")
+
+
 class SubState(IntEnum):
     """A subscriber's state for one delivery, as the origin knows it."""
 
@@ -402,6 +413,17 @@ cdef class LocalRecord(_Record):
         return self.c_all_seen()
 
 
+cdef LocalRecord _new_local(bytes out_tag):
+    """LocalRecord(out_tag), without the call's argument parsing (one per delivery and
+    subscriber router)."""
+    cdef LocalRecord rec = LocalRecord.__new__(LocalRecord)
+    rec.out_tag = out_tag
+    rec.drivers = set()
+    rec.subs = {}
+    rec.settled_by = set()
+    return rec
+
+
 cdef class PubLink:
     """A publisher link attached here (protocol.py's `_PubLink`)."""
 
@@ -437,7 +459,7 @@ cdef class LocalSub:
         self.stamp = stamp
 
 
-# -- message fields (messages.py's att_of / sub_of / att_wire / sub_list, inlined) --------------
+# -- message fields (messages.py's att_of / sub_of / att_wire / sub_list use these) -----------
 
 cdef tuple _att_of(value):
     if not isinstance(value, (list, tuple)) or len(value) != 3:
@@ -449,18 +471,81 @@ cdef tuple _att_of(value):
 
 
 cdef tuple _sub_of(value):
+    if type(value) is tuple and len(<tuple>value) == 2 and type((<tuple>value)[0]) is str and (
+        type((<tuple>value)[1]) is str
+    ):
+        return <tuple>value
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise _ProtocolError(f"bad subscriber id {value!r}")
     container, link = value
     if not (isinstance(container, str) and isinstance(link, str)):
         raise _ProtocolError(f"bad subscriber id {value!r}")
     return (container, link)
 
 
-cdef inline list _att_wire(tuple att):
-    return [att[0], att[1], att[2]]
+cdef tuple _atts_of(value):
+    """A record's targets: a tuple of attachment ids (checked, not copied), or a map's list of
+    them (converted)."""
+    cdef Py_ssize_t i, n
+    if type(value) is tuple:
+        n = len(<tuple>value)
+        for i in range(n):
+            a = (<tuple>value)[i]
+            if not (type(a) is tuple and len(<tuple>a) == 3 and type((<tuple>a)[0]) is str
+                    and type((<tuple>a)[1]) is int and type((<tuple>a)[2]) is int):
+                raise _ProtocolError(f"bad attachment id {a!r}")
+        return <tuple>value
+    if not isinstance(value, list):
+        raise _ProtocolError("bad attachment list")
+    return tuple([_att_of(a) for a in <list>value])
 
 
-cdef list _sub_list(subs):
-    return [list(s) for s in sorted(subs)]
+cdef tuple _subs_of(value):
+    """A record's subscribers: a tuple of (container, link) (checked, not copied), or a map's
+    list of them (converted)."""
+    cdef Py_ssize_t i, n
+    if type(value) is tuple:
+        n = len(<tuple>value)
+        for i in range(n):
+            s = (<tuple>value)[i]
+            if not (type(s) is tuple and len(<tuple>s) == 2 and type((<tuple>s)[0]) is str
+                    and type((<tuple>s)[1]) is str):
+                raise _ProtocolError(f"bad subscriber id {s!r}")
+        return <tuple>value
+    if not isinstance(value, list):
+        raise _ProtocolError("bad subscriber list")
+    return tuple([_sub_of(s) for s in <list>value])
+
+
+cdef dict _record_map(tuple m):
+    """A record as the map of the same op that routers before the records read."""
+    op = m[0]
+    cdef dict out = {"op": op, "v": EO_VERSION, "topic": m[1], "t": m[2]}
+    if op == "FWD":
+        out["pub"] = list(m[3])
+        out["tag"] = m[4]
+        out["body"] = m[5]
+        out["targets"] = [list(a) for a in m[6]]
+    elif op == "SETTLE":
+        out["targets"] = [list(a) for a in m[3]]
+    else:
+        out["subs"] = [list(s) for s in m[3]]
+    return out
+
+
+def record_map(tuple record):
+    """`_record_map`, for tests."""
+    return _record_map(record)
+
+
+def att_of(value):
+    """An attachment id from a message: (router, instance, n); ProtocolError otherwise."""
+    return _att_of(value)
+
+
+def sub_of(value):
+    """A subscriber id from a message: (container, link); ProtocolError otherwise."""
+    return _sub_of(value)
 
 
 cdef dict _TAG_PREFIX = {}
@@ -508,6 +593,7 @@ cdef class EoCore:
     cdef public dict _closed_since
     cdef public set _up
     cdef public set _lacking
+    cdef public set _records_ok  # peers that read records; the others get maps (protocol.py)
     cdef public dict _barrier
     cdef public long long _epoch
     cdef public object _loopback  # deque of our own messages
@@ -597,11 +683,9 @@ cdef class EoCore:
         cdef LocalSub ls = self._subs.get(att)
         if rec is not None and ls is not None and rec.subs.get(att) == L_SETTLING:
             rec.subs[att] = L_SEEN
+            seen = (ls.sub,)
             for router in sorted(rec.settled_by):
-                self._c_to_router(router, {
-                    "op": "SEEN", "v": EO_VERSION, "topic": self.topic, "t": out_tag,
-                    "subs": [list(ls.sub)],
-                })
+                self._c_to_router(router, ("SEEN", self.topic, out_tag, seen))
             self._c_maybe_drop_local(rec)
         self._c_flush()
 
@@ -609,27 +693,65 @@ cdef class EoCore:
 
     def receive(self, peer, message, double now):
         self._now = now
+        self._c_receive(peer, message)
+        self._c_flush()
+
+    cdef _c_receive(self, peer, message):
         if peer not in self._up:
             self._c_log("debug", f"message from {peer} whose channel is not up, dropped")
-        elif message.get("topic") != self.topic:
+        elif type(message) is tuple:
+            if len(<tuple>message) < 2 or (<tuple>message)[1] != self.topic:
+                self._c_log("warning", "record for another topic dropped")
+                return
+            try:
+                self._c_handle_rec(peer, <tuple>message)
+            except (_ProtocolError, ValueError, TypeError) as exc:
+                self._c_log("warning", f"bad record from {peer} dropped: {exc}")
+        elif not isinstance(message, dict):
+            self._c_log("warning", f"message of type {type(message).__name__} dropped")
+        elif (<dict>message).get("topic") != self.topic:
             self._c_log("warning", f"message for topic {message.get('topic')!r} dropped")
         else:
             try:
                 self._c_handle(peer, _check_msg(message))
             except (_ProtocolError, ValueError, TypeError) as exc:
                 self._c_log("warning", f"bad message from {peer} dropped: {exc}")
-        self._c_flush()
 
-    cdef _c_handle(self, sender, dict msg):
+    cdef _c_handle_rec(self, sender, tuple m):
+        """A per-message record (RECORD_OPS): its fields are checked here, whoever made it."""
+        cdef Py_ssize_t n = len(m)
+        op = m[0] if n else None
+        if n == 7 and op == "FWD":
+            if not (type(m[2]) is bytes and type(m[4]) is bytes and type(m[5]) is bytes):
+                raise _ProtocolError("FWD: bad field")
+            self._c_on_fwd(sender, m[2], _sub_of(m[3]), m[4], m[5], _atts_of(m[6]))
+        elif n != 4 or type(m[2]) is not bytes:
+            raise _ProtocolError(f"bad record {op!r}")
+        elif op == "ACCEPT":
+            self._c_on_accept(m[2], _subs_of(m[3]))
+        elif op == "SETTLE":
+            self._c_on_settle(sender, m[2], _atts_of(m[3]))
+        elif op == "SEEN":
+            self._c_on_seen(m[2], _subs_of(m[3]))
+        else:
+            raise _ProtocolError(f"unknown record {op!r}")
+
+    cdef _c_handle(self, sender, msg):
+        if type(msg) is tuple:
+            self._c_handle_rec(sender, <tuple>msg)
+            return
         op = msg["op"]
         if op == "FWD":
-            self._c_on_fwd(sender, msg)
+            self._c_on_fwd(
+                sender, msg["t"], _sub_of(msg["pub"]), msg["tag"], msg["body"],
+                _atts_of(msg["targets"]),
+            )
         elif op == "ACCEPT":
-            self._c_on_accept(msg)
+            self._c_on_accept(msg["t"], _subs_of(msg["subs"]))
         elif op == "SETTLE":
-            self._c_on_settle(sender, msg)
+            self._c_on_settle(sender, msg["t"], _atts_of(msg["targets"]))
         elif op == "SEEN":
-            self._c_on_seen(msg)
+            self._c_on_seen(msg["t"], _subs_of(msg["subs"]))
         elif op == "PING":
             self._c_to_router(
                 sender, {"op": "PONG", "v": EO_VERSION, "topic": self.topic, "e": msg["e"]}
@@ -642,8 +764,8 @@ cdef class EoCore:
     def _handle(self, sender, msg):
         self._c_handle(sender, msg)
 
-    cdef _c_on_fwd(self, sender, dict msg):
-        cdef bytes out_tag = msg["t"]
+    cdef _c_on_fwd(self, sender, bytes out_tag, tuple pub, bytes tag, bytes body,
+                   tuple targets):
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef list live = []
@@ -651,17 +773,16 @@ cdef class EoCore:
         cdef dict subs
         if rec is not None and rec.settled:
             return  # a tombstone: whatever this FWD was for is over
-        for raw in msg["targets"]:
-            att = _att_of(raw)
+        for att in targets:
             if att in self._subs:
                 live.append(att)
         if rec is None:
             if not live:
                 return
-            rec = LocalRecord(out_tag)
+            rec = _new_local(out_tag)
             self._locals[out_tag] = rec
         if rec.body is None:
-            rec.body, rec.publisher, rec.tag = msg["body"], _sub_of(msg["pub"]), msg["tag"]
+            rec.body, rec.publisher, rec.tag = body, pub, tag
         rec.drivers.add(sender)
         touched = set()
         subs = rec.subs
@@ -679,15 +800,14 @@ cdef class EoCore:
             self._c_pump(self._subs[att])
         self._c_check_local_accept(rec)
 
-    cdef _c_on_accept(self, dict msg):
-        cdef OriginRecord rec = self._origins.get(msg["t"])
+    cdef _c_on_accept(self, bytes out_tag, tuple accepted):
+        cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
         cdef dict subs
         if rec is None or rec.settled:
             return
         subs = rec.subs
-        for raw in msg["subs"]:
-            sub = _sub_of(raw)
+        for sub in accepted:
             if subs.get(sub) == S_PENDING:
                 subs[sub] = S_ACCEPTED
                 changed = True
@@ -695,14 +815,13 @@ cdef class EoCore:
             self._c_save_origin(rec, False)
             self._c_check_accept(rec)
 
-    cdef _c_on_settle(self, sender, dict msg):
-        cdef bytes out_tag = msg["t"]
+    cdef _c_on_settle(self, sender, bytes out_tag, tuple targets):
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef int st
         cdef set seen
         if rec is None:
-            rec = LocalRecord(out_tag)
+            rec = _new_local(out_tag)
             self._locals[out_tag] = rec
         if not rec.settled:
             rec.settled = True
@@ -720,27 +839,22 @@ cdef class EoCore:
             elif st == L_QUEUED:
                 rec.subs[att] = L_SEEN  # never sent: nothing to see
         seen = set()
-        for raw in msg["targets"]:
-            att = _att_of(raw)
+        for att in targets:
             if att in self._subs and rec.subs.get(att, L_SEEN) == L_SEEN:
                 ls = self._subs[att]
                 seen.add(ls.sub)
         if seen:
-            self._c_to_router(sender, {
-                "op": "SEEN", "v": EO_VERSION, "topic": self.topic, "t": out_tag,
-                "subs": _sub_list(seen),
-            })
+            self._c_to_router(sender, ("SEEN", self.topic, out_tag, tuple(sorted(seen))))
         self._c_maybe_drop_local(rec)
 
-    cdef _c_on_seen(self, dict msg):
-        cdef OriginRecord rec = self._origins.get(msg["t"])
+    cdef _c_on_seen(self, bytes out_tag, tuple seen):
+        cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
         cdef dict subs
         if rec is None or not rec.settled:
             return
         subs = rec.subs
-        for raw in msg["subs"]:
-            sub = _sub_of(raw)
+        for sub in seen:
             if sub in subs and subs[sub] != S_SEEN:
                 subs[sub] = S_SEEN
                 changed = True
@@ -759,7 +873,7 @@ cdef class EoCore:
         cdef bint settled = rec.settled
         cdef bint no_body = rec.body is None
         cdef tuple att
-        cdef list targets
+        cdef tuple targets
         # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
         cdef dict by_sub = self._view._by_sub
         cdef dict claims = self._view.claims
@@ -787,19 +901,13 @@ cdef class EoCore:
                     fill.add(att[0])
         if fwd or fill:
             for router in sorted(fwd.keys() | fill):
-                targets = [_att_wire(a) for a in fwd.get(router, [])]
-                self._c_to_router(router, {
-                    "op": "FWD", "v": EO_VERSION, "topic": self.topic, "t": rec.out_tag,
-                    "pub": list(rec.publisher), "tag": rec.tag, "body": rec.body,
-                    "targets": targets,
-                })
+                targets = tuple(fwd.get(router, ()))
+                self._c_to_router(router, (
+                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
+                ))
         if settle:
             for router, atts in sorted(settle.items()):
-                targets = [_att_wire(a) for a in atts]
-                self._c_to_router(router, {
-                    "op": "SETTLE", "v": EO_VERSION, "topic": self.topic, "t": rec.out_tag,
-                    "targets": targets,
-                })
+                self._c_to_router(router, ("SETTLE", self.topic, rec.out_tag, tuple(atts)))
 
     cdef _c_check_accept(self, OriginRecord rec):
         cdef set local
@@ -877,12 +985,9 @@ cdef class EoCore:
         """Accept upstream once every local subscriber of the delivery has accepted."""
         if rec.settled or not rec.drivers or not rec.c_all_accepted():
             return
-        subs = _sub_list({(<LocalSub>self._subs[att]).sub for att in rec.subs})
+        subs = tuple(sorted({(<LocalSub>self._subs[att]).sub for att in rec.subs}))
         for router in sorted(rec.drivers):
-            self._c_to_router(router, {
-                "op": "ACCEPT", "v": EO_VERSION, "topic": self.topic, "t": rec.out_tag,
-                "subs": subs,
-            })
+            self._c_to_router(router, ("ACCEPT", self.topic, rec.out_tag, subs))
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
 
@@ -934,6 +1039,8 @@ cdef class EoCore:
         if router == self.router_id:
             self._loopback.append(msg)
         elif router in self._up:
+            if type(msg) is tuple and router not in self._records_ok:
+                msg = _record_map(<tuple>msg)  # a router before the records
             self._sends.append(("to_router", (router, msg)))
 
     cdef _c_log(self, level, text):
@@ -1078,3 +1185,76 @@ def split_writes(dict writes):
         else:
             puts[key] = value.encode_state()
     return puts, deletes
+
+
+# -- the router's receive loop and outbox (qrouter/guarantee.py) -----------------------------
+
+def receive_envelopes(g, list envelopes, double now):
+    """`Guarantees.receive_batch`, compiled for its common case: an envelope to this router,
+    in its channel's epoch and with the sequence number expected, has its messages handed to
+    `receive_messages` without a Python frame; any other (to relay, of another epoch, out of
+    sequence, malformed, a router before "ms") goes to `g.receive(envelope)`, which applies
+    the channel's rules (qrouter/guarantee.py) before anything here has touched it."""
+    cdef dict channels = g.channels
+    cdef dict d
+    me = g.router_id
+    for envelope in envelopes:
+        if type(envelope) is dict:
+            d = <dict>envelope
+            src = d.get("from")
+            e = d.get("e")
+            n = d.get("n")
+            messages = d.get("ms")
+            if (type(src) is str and type(e) is int and type(n) is int
+                    and type(messages) is list and d.get("to") == me):
+                ch = channels.get(src)
+                if ch is not None and ch.link_id is not None and ch.epoch == e and (
+                    ch.in_n == n
+                ):
+                    ch.in_n = n + 1
+                    receive_messages(g, src, <list>messages, now)
+                    continue
+        g.receive(envelope)
+
+
+def receive_messages(g, src, list messages, double now):
+    """`Guarantees.receive`'s loop over one envelope's messages, compiled: a record (the
+    per-message ops) for a topic the router has goes straight to that topic's core, with no
+    Python frame; anything else (the control maps, a topic to make, a malformed message)
+    goes to `g.receive_one(src, message, now)`."""
+    cdef dict topics = g.topics
+    cdef EoCore core
+    for m in messages:
+        if type(m) is tuple and len(<tuple>m) >= 2 and type((<tuple>m)[1]) is str:
+            t = topics.get((<tuple>m)[1])
+            if t is not None:
+                core = <EoCore?>t
+                core._now = now
+                core._c_receive(src, m)
+                core._c_flush()
+                continue
+        g.receive_one(src, m, now)
+
+
+cdef class RouterOutbox:
+    """`Guarantees._out_to_router`, compiled for its common case: a message to a router
+    whose envelope of this loop iteration is already open goes into it (its channel, epoch and
+    next hop unchanged); the first one of an iteration, or to a router that is down, goes to
+    `g._out_to_router`, which opens the envelope (or drops the message)."""
+
+    cdef object g
+
+    def __init__(self, g):
+        self.g = g
+
+    def __call__(self, router_id, message):
+        g = self.g
+        ch = (<dict?>g.channels).get(router_id)
+        if ch is not None:
+            link_id = ch.link_id
+            if link_id is not None:
+                group = (<dict?>g.groups).get((router_id, ch.epoch, link_id))
+                if group is not None:
+                    (<list?>group).append(message)
+                    return
+        g._out_to_router(router_id, message)

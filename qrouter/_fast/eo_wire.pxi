@@ -12,10 +12,24 @@
 #   0x06 list: u32 count, values     0x07 map: u32 count, (str key, value) pairs
 #   0x08 word: 1 octet, an index into EO_WORDS (the protocol's field names and ops: decoded
 #        as one shared str, hash already known, nothing copied)
+#   0x09 record: u32 length L, then L octets: one of the per-message ops (FWD, ACCEPT,
+#        SETTLE, SEEN), which qrouter/_fast/eo_core.pyx makes and takes as tuples headed by
+#        the op (RECORD_OPS there). The L octets are an op code, then the op's fields:
+#          s = u32 length + UTF-8; b = u32 length + octets; i = 8 octets, signed
+#          att = s i i (router, instance, n); sub = s s (container, link)
+#          1 FWD:    topic s, t b, pub sub, tag b, body b, u32 count, att...
+#          2 ACCEPT: topic s, t b, u32 count, sub...
+#          3 SETTLE: topic s, t b, u32 count, att...
+#          4 SEEN:   topic s, t b, u32 count, sub...
+#        decoded straight into the tuple: no map, no field names. A record that does not
+#        parse (an unknown op code: a newer router's) decodes as None, which the receiver
+#        drops and counts; the rest of the envelope is unaffected (its length frames it).
 # u32 is big-endian. The bytes come from another router, so decoding is bounded: a count
 # cannot exceed the octets left (every value takes at least one), nesting stops at
 # EO_MAX_DEPTH, and anything else malformed raises DecodeError.
 
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 
@@ -32,6 +46,11 @@ cdef enum:
     EOW_LIST = 6
     EOW_MAP = 7
     EOW_WORD = 8
+    EOW_REC = 9
+    EOR_FWD = 1
+    EOR_ACCEPT = 2
+    EOR_SETTLE = 3
+    EOR_SEEN = 4
     EO_MAX_DEPTH = 16
 
 # Append only: the index of a word is its encoding (a router reads what older ones wrote).
@@ -43,12 +62,104 @@ EO_WORDS = (
 )
 cdef tuple _EO_WORDS = tuple(__import__("sys").intern(w) for w in EO_WORDS)
 cdef dict _EO_WORD_INDEX = {w: i for i, w in enumerate(_EO_WORDS)}
+# a record's op code -> its op (the shared str of EO_WORDS), and back
+cdef tuple _EOR_OPS = (None, _EO_WORDS[25], _EO_WORDS[26], _EO_WORDS[27], _EO_WORDS[28])
+cdef dict _EOR_CODE = {"FWD": EOR_FWD, "ACCEPT": EOR_ACCEPT, "SETTLE": EOR_SETTLE,
+                       "SEEN": EOR_SEEN}
 
 
 cdef int _eow_len(Writer w, Py_ssize_t n) except -1:
     if n > 0xFFFFFFFF:
         raise ValueError("eo_pack: value too long")
     w.put_u32(<uint32_t>n)
+    return 0
+
+
+cdef int _eor_str(Writer w, object v) except -1:
+    cdef Py_ssize_t n
+    cdef const char* p
+    if type(v) is not str:
+        raise ValueError("eo_pack: a record field is not a str")
+    p = PyUnicode_AsUTF8AndSize(v, &n)
+    _eow_len(w, n)
+    w.put_raw(<const uint8_t*>p, n)
+    return 0
+
+
+cdef int _eor_bytes(Writer w, object v) except -1:
+    if type(v) is not bytes:
+        raise ValueError("eo_pack: a record field is not bytes")
+    _eow_len(w, PyBytes_GET_SIZE(v))
+    w.put_raw(<const uint8_t*>PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))
+    return 0
+
+
+cdef int _eor_int(Writer w, object v) except -1:
+    cdef int64_t x
+    if type(v) is not int:
+        raise ValueError("eo_pack: a record field is not an int")
+    try:
+        x = v
+    except OverflowError:
+        raise ValueError("eo_pack: integer out of range") from None
+    w.put_u64(<uint64_t>x)
+    return 0
+
+
+cdef int _eor_pair(Writer w, object v) except -1:
+    if type(v) is not tuple or len(<tuple>v) != 2:
+        raise ValueError("eo_pack: a subscriber is not a pair")
+    _eor_str(w, (<tuple>v)[0])
+    _eor_str(w, (<tuple>v)[1])
+    return 0
+
+
+cdef int _eor_atts(Writer w, object v) except -1:
+    if type(v) is not tuple:
+        raise ValueError("eo_pack: record targets are not a tuple")
+    _eow_len(w, len(<tuple>v))
+    for a in <tuple>v:
+        if type(a) is not tuple or len(<tuple>a) != 3:
+            raise ValueError("eo_pack: an attachment is not a triple")
+        _eor_str(w, (<tuple>a)[0])
+        _eor_int(w, (<tuple>a)[1])
+        _eor_int(w, (<tuple>a)[2])
+    return 0
+
+
+cdef int _eor_subs(Writer w, object v) except -1:
+    if type(v) is not tuple:
+        raise ValueError("eo_pack: record subscribers are not a tuple")
+    _eow_len(w, len(<tuple>v))
+    for sub in <tuple>v:
+        _eor_pair(w, sub)
+    return 0
+
+
+cdef int _eor_pack(Writer w, tuple v, int code) except -1:
+    """A per-message record (see the top): tag, length (patched), op code, fields."""
+    cdef Py_ssize_t n = len(v)
+    cdef Py_ssize_t start
+    if n != (7 if code == EOR_FWD else 4):
+        raise ValueError("eo_pack: a record of the wrong length")
+    w.put_u8(EOW_REC)
+    start = w.length
+    w.put_u32(0)
+    w.put_u8(<uint8_t>code)
+    _eor_str(w, v[1])
+    _eor_bytes(w, v[2])
+    if code == EOR_FWD:
+        _eor_pair(w, v[3])
+        _eor_bytes(w, v[4])
+        _eor_bytes(w, v[5])
+        _eor_atts(w, v[6])
+    elif code == EOR_SETTLE:
+        _eor_atts(w, v[3])
+    else:
+        _eor_subs(w, v[3])
+    if w.length - start - 4 > 0xFFFFFFFF:
+        raise ValueError("eo_pack: record too long")
+    w.patch_u32(start, <uint32_t>(w.length - start - 4))
     return 0
 
 
@@ -94,6 +205,10 @@ cdef int _eow_pack(Writer w, object v, int depth) except -1:
         for item in <list>v:
             _eow_pack(w, item, depth + 1)
     elif isinstance(v, tuple):
+        if type(v) is tuple and len(<tuple>v) > 0 and type((<tuple>v)[0]) is str:
+            word = _EOR_CODE.get((<tuple>v)[0])
+            if word is not None:
+                return _eor_pack(w, <tuple>v, <int>word)
         w.put_u8(EOW_LIST)
         _eow_len(w, len(<tuple>v))
         for item in <tuple>v:
@@ -131,6 +246,106 @@ cdef inline uint32_t _eow_read_u32(EowReader* r) except? 0xFFFFFFFF:
     q = r.p + r.pos
     r.pos += 4
     return (<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3]
+
+
+cdef inline int _eor_need(EowReader* r, Py_ssize_t n) except -1:
+    if r.end - r.pos < n:
+        raise DecodeError("eo: truncated record")
+    return 0
+
+
+cdef object _eor_str_of(EowReader* r):
+    cdef uint32_t n = _eow_read_u32(r)
+    cdef const uint8_t* q
+    _eor_need(r, n)
+    q = r.p + r.pos
+    r.pos += n
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>q, n, NULL)
+    except UnicodeDecodeError:
+        raise DecodeError("eo: invalid UTF-8") from None
+
+
+cdef bytes _eor_bytes_of(EowReader* r):
+    cdef uint32_t n = _eow_read_u32(r)
+    _eor_need(r, n)
+    r.pos += n
+    return PyBytes_FromStringAndSize(<const char*>(r.p + r.pos - n), n)
+
+
+cdef int64_t _eor_int_of(EowReader* r) except? -1:
+    cdef const uint8_t* q
+    cdef uint64_t u = 0
+    cdef int i
+    _eor_need(r, 8)
+    q = r.p + r.pos
+    r.pos += 8
+    for i in range(8):
+        u = (u << 8) | q[i]
+    return <int64_t>u
+
+
+cdef tuple _eor_atts_of(EowReader* r):
+    cdef uint32_t n = _eow_read_u32(r)
+    cdef uint32_t i
+    if <Py_ssize_t>n > (r.end - r.pos) // 20:  # an attachment takes at least 20 octets
+        raise DecodeError("eo: count larger than the record")
+    out = PyTuple_New(n)
+    for i in range(n):
+        a = (_eor_str_of(r), _eor_int_of(r), _eor_int_of(r))
+        Py_INCREF(a)
+        PyTuple_SET_ITEM(out, i, a)
+    return <tuple>out
+
+
+cdef tuple _eor_subs_of(EowReader* r):
+    cdef uint32_t n = _eow_read_u32(r)
+    cdef uint32_t i
+    if <Py_ssize_t>n > (r.end - r.pos) // 8:  # a subscriber takes at least 8 octets
+        raise DecodeError("eo: count larger than the record")
+    out = PyTuple_New(n)
+    for i in range(n):
+        sub = (_eor_str_of(r), _eor_str_of(r))
+        Py_INCREF(sub)
+        PyTuple_SET_ITEM(out, i, sub)
+    return <tuple>out
+
+
+cdef object _eor_unpack(EowReader* outer):
+    """A record of `length` octets at outer's position (see the top): its tuple, or None if
+    it does not parse; the outer reader moves past it either way."""
+    cdef uint32_t n = _eow_read_u32(outer)
+    cdef EowReader r
+    cdef int code
+    if <Py_ssize_t>n > outer.end - outer.pos:
+        raise DecodeError("eo: truncated")
+    r.p = outer.p
+    r.pos = outer.pos
+    r.end = outer.pos + n
+    outer.pos += n
+    try:
+        _eor_need(&r, 1)
+        code = r.p[r.pos]
+        r.pos += 1
+        if code < EOR_FWD or code > EOR_SEEN:
+            return None  # a newer router's op: dropped (and counted) by the receiver
+        op = _EOR_OPS[code]
+        topic = _eor_str_of(&r)
+        t = _eor_bytes_of(&r)
+        if code == EOR_FWD:
+            pub = (_eor_str_of(&r), _eor_str_of(&r))
+            tag = _eor_bytes_of(&r)
+            body = _eor_bytes_of(&r)
+            value = (op, topic, t, pub, tag, body, _eor_atts_of(&r))
+        elif code == EOR_SETTLE:
+            value = (op, topic, t, _eor_atts_of(&r))
+        else:
+            value = (op, topic, t, _eor_subs_of(&r))
+        if r.pos != r.end:
+            return None
+        return value
+    except DecodeError:
+        return None
 
 
 cdef object _eow_unpack(EowReader* r, int depth):
@@ -182,6 +397,8 @@ cdef object _eow_unpack(EowReader* r, int depth):
         if i >= <uint32_t>len(_EO_WORDS):
             raise DecodeError(f"eo: unknown word {i}")
         return _EO_WORDS[i]
+    if kind == EOW_REC:
+        return _eor_unpack(r)
     if kind == EOW_LIST:
         n = _eow_read_u32(r)
         if <Py_ssize_t>n > r.end - r.pos:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from qrouter._fast.eo_core import FIELDS, ProtocolError
+from qrouter._fast.eo_core import FIELDS, ProtocolError, att_of, sub_of
 from qrouter._fast.eo_core import PROTOCOL_VERSION as EO_VERSION
-from qrouter.eo.records import AttId, Sub
+from qrouter.eo.records import AttId
 
-__all__ = ["EO_VERSION", "FIELDS", "ProtocolError"]
+__all__ = ["EO_VERSION", "FIELDS", "ProtocolError", "att_of", "sub_of"]
 
 Wire = dict[str, Any]
 
@@ -52,22 +52,6 @@ def check(msg: Any) -> Wire:
 
 def att_wire(att: AttId) -> list[Any]:
     return [att[0], att[1], att[2]]
-
-
-def att_of(value: Any) -> AttId:
-    if not isinstance(value, (list, tuple)) or len(value) != 3:
-        raise ProtocolError(f"bad attachment id {value!r}")
-    router, instance, n = value
-    if not (isinstance(router, str) and isinstance(instance, int) and isinstance(n, int)):
-        raise ProtocolError(f"bad attachment id {value!r}")
-    return (router, instance, n)
-
-
-def sub_of(value: Any) -> Sub:
-    container, link = value
-    if not (isinstance(container, str) and isinstance(link, str)):
-        raise ProtocolError(f"bad subscriber id {value!r}")
-    return (container, link)
 
 
 STAMP_MAX = 2**62  # ms since the epoch: far beyond any clock, and a bounded integer

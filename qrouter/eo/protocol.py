@@ -143,6 +143,9 @@ class TopicRouter(EoCore):
         # peers that answered LACKING: no guarantee for this topic there, so no FWD of theirs
         # can be in flight and the barrier does not wait for them (issue 15 b)
         self._lacking: set[str] = set()
+        # peers that read the per-message records (their SUBS said so): the others, routers
+        # before the records, get FWD / ACCEPT / SETTLE / SEEN as maps (docs: "Messages")
+        self._records_ok: set[str] = set()
         self._closed_since: dict[Sub, float] = {}  # closed subscribers: since when (this run)
         self._told_lacking: set[str] = set()  # logged once each
         self._next_ask = now
@@ -333,6 +336,7 @@ class TopicRouter(EoCore):
                 attached=attached,
                 known=sub_list(self._view.known),
                 closed=sub_list(self._view.closed),
+                records=1,  # we read the per-message records (an older router ignores this)
                 # which attachment closed each: a later one re-subscribes (view.py)
                 closed_at=[
                     [list(sub), att_wire(att) if att is not None else None]
@@ -360,6 +364,7 @@ class TopicRouter(EoCore):
         flight either way is lost."""
         self._now = now
         self._up.discard(peer)
+        self._records_ok.discard(peer)  # (it may come back as another version: SUBS tells)
         for claim in self._view.router_claims(peer):
             self._view.remove_claim(claim.att, now)
         for rec in self._origins.values():
@@ -577,6 +582,10 @@ class TopicRouter(EoCore):
             if msg["closed"]:
                 self._close_sub(sub_of(msg["sub"]), att, stamp)
         elif op == "SUBS":
+            if msg.get("records") == 1:
+                self._records_ok.add(sender)
+            else:
+                self._records_ok.discard(sender)
             self._on_snapshot(sender, msg)
         elif op == "ASK":
             self._on_ask(sender, msg)

@@ -176,7 +176,7 @@ class Lacking:
         self.name = name
 
     def receive(self, src: str, msg: dict[str, Any], now: float) -> None:
-        if msg.get("op") == "PING":
+        if isinstance(msg, dict) and msg.get("op") == "PING":
             self.sim.send_router(self.name, src, make("LACKING", msg["topic"]))
 
     def router_up(self, peer: str, now: float) -> None:

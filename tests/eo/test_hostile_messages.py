@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from qrouter._fast.codec import DecodeError
 
 from qrouter.eo import EXACTLY_ONCE
-from qrouter.eo.messages import EO_VERSION, FIELDS
+from qrouter.eo.messages import EO_VERSION, FIELDS, make
 from tests.engine.test_codec import values
 from tests.eo.test_protocol import Net
 
@@ -108,3 +108,218 @@ def test_eo_control_messages_in_both_encodings() -> None:
     assert eo_envelopes({"op": "EO", "m": envs}) == envs  # a router before the compact form
     assert eo_envelopes({"op": "EO", "b": b"\x07"}) is None
     assert eo_envelopes({"op": "EO", "b": "text"}) is None
+
+
+# -- the per-message records (FWD, ACCEPT, SETTLE, SEEN) in the compact encoding ---------------
+
+names = st.text(max_size=6)
+ints = st.integers(-(2**63), 2**63 - 1)
+atts = st.lists(st.tuples(names, ints, ints), max_size=4).map(tuple)
+subs = st.lists(st.tuples(names, names), max_size=4).map(tuple)
+blobs = st.binary(max_size=40)
+records = st.one_of(
+    st.tuples(st.just("FWD"), names, blobs, st.tuples(names, names), blobs, blobs, atts),
+    st.tuples(st.just("ACCEPT"), names, blobs, subs),
+    st.tuples(st.just("SETTLE"), names, blobs, atts),
+    st.tuples(st.just("SEEN"), names, blobs, subs),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, max_size=3), st.lists(records, max_size=3))
+def test_records_round_trip_and_every_truncation_is_refused(
+    before: list[Any], after: list[Any]
+) -> None:
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    value = [{"to": "B", "from": "A", "e": 1, "n": 0, "ms": [*before, make("PING", "x", e=1)]}]
+    value[0]["ms"].extend(after)
+    raw = eo_pack(value)
+    decoded = eo_unpack(raw)
+    assert decoded == value
+    for got, sent in zip(decoded[0]["ms"], value[0]["ms"], strict=True):
+        assert type(got) is type(sent)  # records come back as tuples, maps as maps
+    for cut in range(len(raw)):
+        with pytest.raises(DecodeError):
+            eo_unpack(raw[:cut])
+
+
+@settings(max_examples=300, deadline=None)
+@given(records, st.data())
+def test_a_mangled_record_decodes_as_none_or_a_well_typed_record(
+    record: Any, data: st.DataObject
+) -> None:
+    """A record's bytes changed anywhere after its length: the envelope still decodes, and the
+    record is None (dropped and counted by the receiver) or a tuple of the right types; a
+    router's core given it drops it or applies it, never raises."""
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    raw = bytearray(eo_pack([record, 7]))
+    assert raw[5] == 0x09  # after the list's tag and count; then its length, then the record
+    for _ in range(data.draw(st.integers(1, 4), label="flips")):
+        at = data.draw(st.integers(10, len(raw) - 10), label="at")  # (7: the last 9 octets)
+        raw[at] = data.draw(st.integers(0, 255), label="octet")
+    got = eo_unpack(bytes(raw))
+    assert got[1] == 7  # the length frames the record: what follows it is intact
+    rec = got[0]
+    if rec is None:
+        return
+    assert type(rec) is tuple and rec[0] in ("FWD", "ACCEPT", "SETTLE", "SEEN")
+    net = Net("AB", mode=EXACTLY_ONCE)
+    net.r["A"].subscriber_attached(("c", "l"), [], 1.0)
+    net.pump(1.0)
+    net.r["B"].receive("A", rec, 1.0)  # must not raise
+    net.r["B"].receive("A", (rec[0], net.r["B"].topic, *rec[2:]), 1.0)
+    net.pump(1.0)
+
+
+def test_record_decoding_is_bounded() -> None:
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    with pytest.raises(DecodeError):
+        eo_unpack(b"\x09\xff\xff\xff\xff\x01")  # a record longer than the data
+    # an unknown op code (a newer router's record): None, and the rest is read
+    assert eo_unpack(b"\x06\x00\x00\x00\x02" + b"\x09\x00\x00\x00\x02\x63\x00" + b"\x02") == [
+        None,
+        True,
+    ]
+    # a count of 2^32-1 targets in a few octets: refused without allocating
+    settle = eo_pack(("SETTLE", "x", b"t", ()))
+    assert eo_unpack(settle[:-4] + b"\xff\xff\xff\xff") is None
+    assert eo_unpack(settle) == ("SETTLE", "x", b"t", ())
+    for bad in (
+        ("FWD", "x", b"t"),  # too short
+        ("FWD", "x", b"t", ["c", "l"], b"", b"", ()),  # the publisher as a list
+        ("SEEN", "x", "t", ()),  # the out tag as str
+        ("SETTLE", "x", b"t", (("r", 1, 2**64),)),  # an integer out of range
+        ("ACCEPT", "x", b"t", (("c", 1),)),  # a subscriber that is not two str
+    ):
+        with pytest.raises(ValueError):
+            eo_pack(bad)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["FWD", "ACCEPT", "SETTLE", "SEEN", "PING", 3, None]), st.data())
+def test_any_record_shaped_tuple_is_dropped_not_raised(op: Any, data: st.DataObject) -> None:
+    net = Net("AB", mode=EXACTLY_ONCE)
+    fields = data.draw(st.lists(field_values | atts | subs, max_size=7), label="fields")
+    net.r["A"].receive("B", (op, net.r["A"].topic, *fields), 1.0)  # must not raise
+    net.r["A"].receive("B", (op,), 1.0)
+    net.r["A"].receive("B", (), 1.0)
+    net.pump(1.0)
+
+
+def test_the_protocol_over_the_compact_encoding() -> None:
+    """The core's records, through eo_pack / eo_unpack and the compiled receive loop
+    (`receive_messages`), carry a delivery from publisher to subscribers and back."""
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    from qrouter._fast.eo_core import receive_messages
+    from qrouter.eo.tags import outgoing_tag
+
+    class Router:  # what receive_messages needs of qrouter.guarantee.Guarantees
+        def __init__(self, t: Any) -> None:
+            self.topics = {t.topic: t}
+            self.others: list[Any] = []
+
+        def receive_one(self, src: str, message: Any, now: float) -> None:
+            self.others.append(message)
+            self.topics[""].receive(src, message, now)
+
+    net = Net("AB", mode=EXACTLY_ONCE)
+    routers = {n: Router(net.r[n]) for n in "AB"}
+    sent: list[Any] = []
+
+    def pump() -> None:
+        while net.wire:
+            src, dst, msg = net.wire.popleft()
+            sent.append(msg)
+            [got] = eo_unpack(eo_pack([msg]))
+            receive_messages(routers[dst], src, [got], 0.0)
+
+    pub, sub = ("pc", "pl"), ("sc", "sl")
+    att = net.r["B"].subscriber_attached(sub, [], 0.0)
+    pump()
+    net.r["A"].publisher_attached(pub, [], 0.0)
+    net.r["A"].publisher_transfer(pub, b"t1", b"body", 0.0)
+    pump()
+    t = outgoing_tag(*pub, b"t1")
+    assert [d[1:3] for d in net.take("deliver")] == [(att, t)]
+    net.r["B"].subscriber_accepted(att, t, 0.0)
+    pump()
+    assert net.take("accept") == [("accept", pub, b"t1")]
+    net.r["A"].publisher_settled(pub, b"t1", 0.0)
+    pump()
+    net.r["B"].subscriber_settled(att, t, 0.0)
+    pump()
+    assert net.r["A"].origin_records() == {}
+    ops = [m[0] for m in sent if isinstance(m, tuple)]
+    assert ops == ["FWD", "ACCEPT", "SETTLE", "SEEN"]
+    # the records went straight to the cores: only the control maps came back
+    assert all(isinstance(m, dict) for r in routers.values() for m in r.others)
+
+
+def test_the_maps_of_a_router_before_the_records_are_still_understood() -> None:
+    """FWD / ACCEPT as an older router sends them (maps): delivered, and accepted upstream."""
+    from qrouter.eo.messages import att_wire
+    from qrouter.eo.tags import outgoing_tag
+
+    net = Net("AB", mode=EXACTLY_ONCE)
+    sub, pub = ("sc", "sl"), ("pc", "pl")
+    att = net.r["B"].subscriber_attached(sub, [], 0.0)
+    net.pump()
+    t = outgoing_tag(*pub, b"t1")
+    fwd = make("FWD", "", t=t, pub=list(pub), tag=b"t1", body=b"m", targets=[att_wire(att)])
+    net.r["B"].receive("A", fwd, 0.0)
+    assert [d[1:4] for d in net.take("deliver")] == [(att, t, b"m")]
+    net.r["B"].subscriber_accepted(att, t, 0.0)
+    assert [m for _, dst, m in net.wire if dst == "A"] == [("ACCEPT", "", t, (sub,))]
+
+
+def test_a_router_before_the_records_gets_maps() -> None:
+    """A peer whose SUBS does not say `records` (a router before them) is sent FWD / ACCEPT /
+    SETTLE / SEEN as the maps it reads (checked with the map schema); one that says it gets
+    records. The delivery goes through either way."""
+    from qrouter.eo.messages import check
+    from qrouter.eo.tags import outgoing_tag
+
+    net = Net("AB", mode=EXACTLY_ONCE)
+    old = {"A"}  # A plays the older router: its SUBS lack "records"
+
+    def pump() -> list[tuple[str, str, Any]]:
+        seen = []
+        while net.wire:
+            src, dst, msg = net.wire.popleft()
+            if src in old and isinstance(msg, dict) and msg["op"] == "SUBS":
+                msg = {k: v for k, v in msg.items() if k != "records"}
+            seen.append((src, dst, msg))
+            net.r[dst].receive(src, msg, 0.0)
+        return seen
+
+    net.r["A"].router_down("B", 0.0)
+    net.r["B"].router_down("A", 0.0)
+    net.r["A"].router_up("B", 0.0)
+    net.r["B"].router_up("A", 0.0)
+    pub, sub = ("pc", "pl"), ("sc", "sl")
+    att = net.r["A"].subscriber_attached(sub, [], 0.0)
+    sent = pump()
+    net.r["B"].publisher_attached(pub, [], 0.0)
+    net.r["B"].publisher_transfer(pub, b"t1", b"body", 0.0)
+    sent += pump()
+    t = outgoing_tag(*pub, b"t1")
+    assert [d[1:3] for d in net.take("deliver")] == [(att, t)]
+    net.r["A"].subscriber_accepted(att, t, 0.0)
+    sent += pump()
+    assert net.take("accept") == [("accept", pub, b"t1")]
+    net.r["B"].publisher_settled(pub, b"t1", 0.0)
+    sent += pump()
+    net.r["A"].subscriber_settled(att, t, 0.0)
+    sent += pump()
+    assert net.r["B"].origin_records() == {}
+    to_old = [m for _, dst, m in sent if dst == "A"]
+    assert all(isinstance(m, dict) for m in to_old)
+    assert [m["op"] for m in to_old if m["op"] in ("FWD", "SETTLE")] == ["FWD", "SETTLE"]
+    for m in to_old:
+        check(m)  # what the older router's schema accepts
+    from_old = [m for src, _, m in sent if src == "A" and not isinstance(m, dict)]
+    assert [m[0] for m in from_old] == ["ACCEPT", "SEEN"]  # (A itself reads records)

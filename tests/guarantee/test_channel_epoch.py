@@ -74,3 +74,48 @@ def test_stale_envelopes_are_answered_once_per_iteration() -> None:
         c.receive({"to": "C", "from": "A", "e": a.channels["C"].epoch, "n": n, "ms": []})
     c.flush()
     assert len(c.core.mesh.sent) == 1
+
+
+def _over_the_wire(sender: Guarantees, receiver: Guarantees, mangle: Any = None) -> None:
+    """What `sender` flushes, through the compact encoding, into `receiver.receive_batch`."""
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    sender.flush()
+    sent, sender.core.mesh.sent = sender.core.mesh.sent, []
+    raw = eo_pack(sent)
+    receiver.receive_batch(eo_unpack(mangle(raw) if mangle else raw))
+
+
+def test_records_through_the_compiled_receive_loop_keep_the_channel_rules() -> None:
+    """Records in sequence go to the topic's core (compiled: `receive_envelopes`); a record
+    that does not decode is dropped and counted, its envelope still in sequence; an envelope
+    out of sequence still resets the channel (Guarantees.receive's rules)."""
+    a = _router("A", "B", ("events",))
+    b = _router("B", "A", ("events",))
+    a.route("B", 1)
+    b.route("A", 1)
+    b.topic("events")
+    t = b"\x01" * 32
+    fwd = ("FWD", "events", t, ("pc", "pl"), b"t1", b"body", (("B", 1, 0),))
+    a._out_to_router("B", {"op": "PING", "topic": "events", "v": 1, "e": 1})
+    a.outbox("B", fwd)  # into the envelope the PING opened (compiled)
+    a.outbox("B", ("SEEN", "events", t, (("c", "l"),)))
+    assert a.groups and len(next(iter(a.groups.values()))) == 3
+    _over_the_wire(a, b)
+    assert b.dropped == 0 and b.channels["A"].in_n == 1
+    epoch = b.channels["A"].epoch
+    a._out_to_router("B", fwd)  # (the envelope of the last iteration was sent: a new one)
+    a.outbox("B", ("SETTLE", "events", t, ()))
+
+    def unknown_op(raw: bytes) -> bytes:
+        from qrouter._fast.engine import eo_pack
+
+        at = raw.index(eo_pack(fwd)) + 5  # the FWD's op code: one nobody knows (a newer op)
+        return raw[:at] + b"\x63" + raw[at + 1 :]
+
+    _over_the_wire(a, b, unknown_op)
+    assert b.dropped == 1 and b.channels["A"].in_n == 2 and b.channels["A"].epoch == epoch
+    a.channels["B"].out_n += 1  # a gap: envelope #3 where #2 is expected
+    a._out_to_router("B", fwd)
+    _over_the_wire(a, b)
+    assert b.channels["A"].epoch == epoch + 1  # reset, as before the records
