@@ -20,6 +20,8 @@ here, and qrouter/eo's messages.py, records.py and tags.py re-export it.
 
 import hashlib
 import json
+
+cimport cython
 from enum import IntEnum
 
 # SubState (records.py): a subscriber's state for one delivery, as the origin knows it
@@ -201,24 +203,23 @@ cdef class _Reader:
 
 # -- records ---------------------------------------------------------------------------------
 
-cdef class _Record:
-    """What the records keep of the dataclasses they replaced: equality and a repr over their
-    fields (`_NAMES` of the class, in order)."""
+# What the records keep of the dataclasses they replaced: equality and a repr over their
+# fields (`_names()` of the class, in order). Not a shared base class: a freelist (one per
+# record class) is only allowed on a class without a base.
 
-    def _names(self):
-        return ()
+cdef tuple _fields(rec):
+    return tuple([getattr(rec, name) for name in rec._names()])
 
-    def _fields(self):
-        return tuple([getattr(self, name) for name in self._names()])
 
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._fields() == other._fields()
+cdef _record_eq(rec, other):
+    if type(other) is not type(rec):
+        return NotImplemented
+    return _fields(rec) == _fields(other)
 
-    def __repr__(self):
-        inner = ", ".join([f"{n}={v!r}" for n, v in zip(self._names(), self._fields())])
-        return f"{type(self).__name__}({inner})"
+
+cdef str _record_repr(rec):
+    inner = ", ".join([f"{n}={v!r}" for n, v in zip(rec._names(), _fields(rec))])
+    return f"{type(rec).__name__}({inner})"
 
 
 cdef tuple _ORIGIN_NAMES = (
@@ -231,7 +232,8 @@ cdef tuple _LOCAL_NAMES = (
 )
 
 
-cdef class OriginRecord(_Record):
+@cython.freelist(256)
+cdef class OriginRecord:
     """At the router that holds (or held) the publisher's link: see qrouter/eo/records.py."""
 
     cdef public bytes out_tag
@@ -242,9 +244,11 @@ cdef class OriginRecord(_Record):
     cdef public bint settled  # the publisher settled (or forgot) the delivery
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
-    cdef public set forwarded
-    cdef public set filled
-    cdef public set settle_sent
+    # None until the first attachment goes in (most records never fill one): the properties
+    # below make them on first use, so they read as sets
+    cdef set _forwarded
+    cdef set _filled
+    cdef set _settle_sent
 
     def __init__(
         self,
@@ -266,12 +270,51 @@ cdef class OriginRecord(_Record):
         self.subs = subs
         self.settled = settled
         self.accepted_sent = accepted_sent
-        self.forwarded = set() if forwarded is None else forwarded
-        self.filled = set() if filled is None else filled
-        self.settle_sent = set() if settle_sent is None else settle_sent
+        self._forwarded = forwarded
+        self._filled = filled
+        self._settle_sent = settle_sent
+
+    @property
+    def forwarded(self):
+        if self._forwarded is None:
+            self._forwarded = set()
+        return self._forwarded
+
+    @forwarded.setter
+    def forwarded(self, set value):
+        self._forwarded = value
+
+    @property
+    def filled(self):
+        if self._filled is None:
+            self._filled = set()
+        return self._filled
+
+    @filled.setter
+    def filled(self, set value):
+        self._filled = value
+
+    @property
+    def settle_sent(self):
+        if self._settle_sent is None:
+            self._settle_sent = set()
+        return self._settle_sent
+
+    @settle_sent.setter
+    def settle_sent(self, set value):
+        self._settle_sent = value
 
     def _names(self):
         return _ORIGIN_NAMES
+
+    def _fields(self):
+        return _fields(self)
+
+    def __eq__(self, other):
+        return _record_eq(self, other)
+
+    def __repr__(self):
+        return _record_repr(self)
 
     def pending(self):
         for state in self.subs.values():
@@ -350,7 +393,8 @@ cdef class OriginRecord(_Record):
         )
 
 
-cdef class LocalRecord(_Record):
+@cython.freelist(256)
+cdef class LocalRecord:
     """At a router with subscribers: see qrouter/eo/records.py."""
 
     cdef public bytes out_tag
@@ -388,6 +432,15 @@ cdef class LocalRecord(_Record):
     def _names(self):
         return _LOCAL_NAMES
 
+    def _fields(self):
+        return _fields(self)
+
+    def __eq__(self, other):
+        return _record_eq(self, other)
+
+    def __repr__(self):
+        return _record_repr(self)
+
     @property
     def placeholder(self):
         return self.body is None and not self.settled
@@ -421,6 +474,18 @@ cdef LocalRecord _new_local(bytes out_tag):
     rec.drivers = set()
     rec.subs = {}
     rec.settled_by = set()
+    return rec
+
+
+cdef OriginRecord _new_origin(bytes out_tag, tuple publisher, bytes tag, body, dict subs):
+    """OriginRecord(out_tag, publisher, tag, body, subs), without the call's argument parsing
+    (one per guaranteed message)."""
+    cdef OriginRecord rec = OriginRecord.__new__(OriginRecord)
+    rec.out_tag = out_tag
+    rec.publisher = publisher
+    rec.tag = tag
+    rec.body = body
+    rec.subs = subs
     return rec
 
 
@@ -608,8 +673,14 @@ cdef class EoCore:
     # None: commits go to the store object
     cdef public object _commit_to
     cdef object _unsafe
+    # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
+    cdef dict _sub_order
+    cdef object _known_order  # (view.known's subscribers as a frozenset, sorted): or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
+
+    def __cinit__(self):
+        self._sub_order = {}
 
     @property
     def unsafe(self):
@@ -635,8 +706,8 @@ cdef class EoCore:
         cdef bytes out_tag = _outgoing_tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
-            subs = dict.fromkeys(sorted(self._view.known), S_PENDING)  # view.subscribers()
-            rec = OriginRecord(out_tag, pub, bytes(tag), bytes(body), subs)
+            subs = dict.fromkeys(self._c_known_order(), S_PENDING)  # view.subscribers()
+            rec = _new_origin(out_tag, pub, bytes(tag), bytes(body), subs)
             self._origins[out_tag] = rec
             owed = link.owed.pop(tag, None)
             if owed:  # (empty: nothing to merge)
@@ -864,48 +935,91 @@ cdef class EoCore:
 
     # -- the driver side -------------------------------------------------------------------
 
+    cdef tuple _c_known_order(self):
+        """sorted(view.known) (view.subscribers()), computed once per change of the view's
+        subscribers rather than once per message."""
+        known = self._view.known
+        cached = self._known_order
+        if cached is not None and (<tuple>cached)[0] == known.keys():
+            return <tuple>(<tuple>cached)[1]
+        cdef tuple order = tuple(sorted(known))
+        self._known_order = (frozenset(order), order)
+        return order
+
+    cdef tuple _c_sub_atts(self, sub, set sub_atts):
+        """sorted(sub_atts), the attachments of `sub` in the view's order (view.claims_of):
+        computed once per change of the view's claims of `sub`, not once per message."""
+        cdef tuple cached = self._sub_order.get(sub)
+        if cached is not None and (<frozenset>cached[0]) == sub_atts:
+            return <tuple>cached[1]
+        cdef tuple order = tuple(sorted(sub_atts))
+        if len(self._sub_order) >= 2 * len(self._view._by_sub) + 64:
+            self._sub_order.clear()  # subscribers gone: bounded by the view's
+        self._sub_order[sub] = (frozenset(sub_atts), order)
+        return order
+
     cdef _c_drive(self, OriginRecord rec):
         """Send each subscriber's attachments what they still need from this record."""
         cdef bint driving = rec.publisher in self._pubs
-        cdef dict fwd = {}
-        cdef set fill = set()
-        cdef dict settle = {}
+        cdef dict fwd = None
+        cdef set fill = None
+        cdef dict settle = None
         cdef bint settled = rec.settled
         cdef bint no_body = rec.body is None
+        cdef int st
         cdef tuple att
         cdef tuple targets
         # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
         cdef dict by_sub = self._view._by_sub
         cdef dict claims = self._view.claims
         cdef set sub_atts
+        cdef set done
         for sub, state in rec.subs.items():
-            if state == S_SEEN:
-                continue
+            st = state
+            if st == S_SEEN or (not settled and (st != S_PENDING or no_body)):
+                continue  # (no body: recovered without it, the publisher resends it)
             sub_atts = by_sub.get(sub)
             if not sub_atts:
                 continue
-            for claim in [claims[a] for a in sorted(sub_atts)]:
-                att = claim.att
+            for att in self._c_sub_atts(sub, sub_atts):
                 if settled:
-                    if att not in rec.settle_sent:
-                        rec.settle_sent.add(att)
+                    done = rec._settle_sent
+                    if done is None:
+                        done = rec._settle_sent = set()
+                    if att not in done:
+                        done.add(att)
+                        if settle is None:
+                            settle = {}
                         settle.setdefault(att[0], []).append(att)
-                elif state != S_PENDING or no_body:
-                    continue  # (no body: recovered without it, the publisher resends it)
                 elif driving:
-                    if att not in rec.forwarded:
-                        rec.forwarded.add(att)
+                    done = rec._forwarded
+                    if done is None:
+                        done = rec._forwarded = set()
+                    if att not in done:
+                        done.add(att)
+                        if fwd is None:
+                            fwd = {}
                         fwd.setdefault(att[0], []).append(att)
-                elif claim.unsettled.get(rec.out_tag) is False and att not in rec.filled:
-                    rec.filled.add(att)  # a placeholder to fill: safe from anyone (rule 1)
+                elif claims[att].unsettled.get(rec.out_tag) is False and (
+                    rec._filled is None or att not in rec._filled
+                ):
+                    if rec._filled is None:
+                        rec._filled = set()
+                    rec._filled.add(att)  # a placeholder to fill: safe from anyone (rule 1)
+                    if fill is None:
+                        fill = set()
                     fill.add(att[0])
-        if fwd or fill:
-            for router in sorted(fwd.keys() | fill):
+        if fwd is not None or fill is not None:
+            if fwd is None:
+                fwd = {}
+            if fill is None:
+                fill = set()
+            for router in (sorted(fwd) if not fill else sorted(fwd.keys() | fill)):
                 targets = tuple(fwd.get(router, ()))
                 self._c_to_router(router, (
                     "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
                 ))
-        if settle:
+        if settle is not None:
             for router, atts in sorted(settle.items()):
                 self._c_to_router(router, ("SETTLE", self.topic, rec.out_tag, tuple(atts)))
 
@@ -933,7 +1047,7 @@ cdef class EoCore:
             self._c_delete_origin(rec)  # subscribers settled on accept: nothing to relay
             return
         self._c_save_origin(rec, False)
-        rec.settle_sent.clear()
+        rec._settle_sent = None
         self._c_drive(rec)
         if self._drop_on_settle:
             self._c_delete_origin(rec)
