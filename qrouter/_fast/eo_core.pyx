@@ -22,6 +22,8 @@ import hashlib
 import json
 
 cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.string cimport memcpy
 from enum import IntEnum
 
 # SubState (records.py): a subscriber's state for one delivery, as the origin knows it
@@ -147,23 +149,48 @@ cdef bytes _pair(tuple pair):
     return out
 
 
-cdef tuple _layout(tuple subs):
-    """The subscriber count and the subscribers in key order, each with its encoding: the
-    same for every record of a topic while its subscribers do not change."""
-    cdef tuple out = _LAYOUTS.get(subs)
+cdef class _Layout:
+    """The subscribers of origin records, in a record's order, shared by every record with
+    the same ones (a topic's records while its subscribers do not change): a record keeps one
+    state byte per subscriber, indexed by its position here, instead of a dict. Immutable:
+    a record whose subscribers change takes another layout, so a position means the same
+    subscriber for as long as any record refers to the layout (its reference count)."""
+
+    cdef readonly tuple subs  # in the record's order (the order the dict had)
+    cdef dict index  # sub -> position
+    cdef bytes count  # the STATE_V2 subscriber count
+    cdef tuple encoded  # ((position, encoded sub), ...) in sorted order: STATE_V2's
+
+    def __cinit__(self, tuple subs):
+        self.subs = subs
+        self.index = {sub: i for i, sub in enumerate(subs)}
+        if len(self.index) != len(subs):
+            raise ValueError("duplicate subscriber")
+        self.count = _u32(len(subs))
+        self.encoded = tuple([(self.index[sub], _pair(sub)) for sub in sorted(subs)])
+
+
+cdef _Layout _layout_of(tuple subs):
+    """The layout of `subs` (in that order), made once and reused."""
+    cdef _Layout out = _LAYOUTS.get(subs)
     if out is None:
-        order = sorted(subs)
-        out = (_u32(len(order)), tuple([(sub, _pair(sub)) for sub in order]))
+        out = _Layout(subs)
         if len(_LAYOUTS) >= 1024:
-            _LAYOUTS.clear()
+            _LAYOUTS.clear()  # (records keep theirs)
         _LAYOUTS[subs] = out
     return out
+
+
+cdef _Layout _NO_SUBS = _layout_of(())
+cdef enum:
+    INLINE_SUBS = 16  # state bytes kept in the record itself; more are allocated
 
 
 STATE_V2 = b"\x02"  # the origin record encoding (see qrouter/eo/records.py)
 cdef bytes _V2_OPEN = b"\x02\x00"
 cdef bytes _V2_SETTLED = b"\x02\x01"
 cdef tuple _STATE_BYTE = (b"\x00", b"\x01", b"\x02")
+cdef tuple _SUB_STATES = tuple(SubState)
 
 
 cdef class _Reader:
@@ -240,7 +267,10 @@ cdef class OriginRecord:
     cdef public tuple publisher
     cdef public bytes tag
     cdef public object body  # None: recovered from a store that lacked it (never sent empty)
-    cdef public dict subs  # Sub -> SubState
+    # subs, Sub -> SubState: the subscribers' layout and one state byte each, by position
+    cdef _Layout _layout
+    cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
+    cdef unsigned char _inline[INLINE_SUBS]
     cdef public bint settled  # the publisher settled (or forgot) the delivery
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
@@ -267,7 +297,7 @@ cdef class OriginRecord:
         self.publisher = publisher
         self.tag = tag
         self.body = body
-        self.subs = subs
+        self._c_set_subs(subs)
         self.settled = settled
         self.accepted_sent = accepted_sent
         self._forwarded = forwarded
@@ -316,17 +346,121 @@ cdef class OriginRecord:
     def __repr__(self):
         return _record_repr(self)
 
-    def pending(self):
-        for state in self.subs.values():
-            if state == S_PENDING:
+    def __cinit__(self):
+        self._layout = _NO_SUBS
+        self._st = self._inline
+
+    def __dealloc__(self):
+        if self._st != NULL and self._st != self._inline:
+            PyMem_Free(self._st)
+
+    cdef int _c_layout(self, _Layout layout) except -1:
+        """Take `layout`, every state PENDING (the caller fills them in)."""
+        cdef Py_ssize_t i, n = len(layout.subs)
+        cdef unsigned char *st = self._inline
+        if n > INLINE_SUBS:
+            st = <unsigned char *>PyMem_Malloc(n)
+            if st == NULL:
+                raise MemoryError()
+        if self._st != NULL and self._st != self._inline:
+            PyMem_Free(self._st)
+        self._st = st
+        for i in range(n):
+            st[i] = S_PENDING
+        self._layout = layout
+        return 0
+
+    cdef int _c_set_subs(self, dict subs) except -1:
+        cdef Py_ssize_t i = 0, v
+        for state in subs.values():
+            v = state
+            if not 0 <= v <= 2:
+                raise ValueError(f"bad subscriber state {state!r}")
+        self._c_layout(_layout_of(tuple(subs)))
+        for state in subs.values():
+            self._st[i] = <unsigned char>(<Py_ssize_t>state)
+            i += 1
+        return 0
+
+    cdef int _c_relayout(self, tuple subs) except -1:
+        """Take the layout of `subs`, keeping each remaining subscriber's state."""
+        cdef _Layout old = self._layout
+        cdef unsigned char saved[INLINE_SUBS]
+        cdef unsigned char *prev = saved
+        cdef Py_ssize_t i, n = len(old.subs)
+        cdef dict index = old.index
+        if n > INLINE_SUBS:
+            prev = <unsigned char *>PyMem_Malloc(n)
+            if prev == NULL:
+                raise MemoryError()
+        try:
+            memcpy(prev, self._st, n)
+            self._c_layout(_layout_of(subs))
+            for i in range(len(subs)):
+                pos = index.get(subs[i])
+                if pos is not None:
+                    self._st[i] = prev[<Py_ssize_t>pos]
+        finally:
+            if prev != saved:
+                PyMem_Free(prev)
+        return 0
+
+    cdef inline int c_state(self, sub):
+        """The state of `sub`, -1 if it is not one of the record's subscribers."""
+        pos = self._layout.index.get(sub)
+        if pos is None:
+            return -1
+        return self._st[<Py_ssize_t>pos]
+
+    @property
+    def subs(self):
+        """Sub -> SubState, as a new dict (change it with set_subs / add_sub / pop_sub)."""
+        cdef Py_ssize_t i
+        cdef tuple subs = self._layout.subs
+        return {subs[i]: _SUB_STATES[self._st[i]] for i in range(len(subs))}
+
+    @subs.setter
+    def subs(self, dict value):
+        self._c_set_subs(value)
+
+    def has_sub(self, sub):
+        return sub in self._layout.index
+
+    def add_sub(self, sub, state):
+        """Add `sub` in `state` unless it is there already (True if added)."""
+        cdef Py_ssize_t v = state
+        if sub in self._layout.index:
+            return False
+        if not 0 <= v <= 2:
+            raise ValueError(f"bad subscriber state {state!r}")
+        self._c_relayout(self._layout.subs + (sub,))
+        self._st[len(self._layout.subs) - 1] = <unsigned char>v
+        return True
+
+    def pop_sub(self, sub):
+        """Remove `sub`: its state, or None if it was not there."""
+        cdef int st = self.c_state(sub)
+        if st < 0:
+            return None
+        self._c_relayout(tuple([s for s in self._layout.subs if s != sub]))
+        return _SUB_STATES[st]
+
+    cdef bint c_pending(self):
+        cdef Py_ssize_t i
+        for i in range(len(self._layout.subs)):
+            if self._st[i] == S_PENDING:
                 return True
         return False
 
+    def pending(self):
+        return self.c_pending()
+
     cdef bint c_done(self):
+        cdef Py_ssize_t i
         if not self.settled:
             return False
-        for state in self.subs.values():
-            if state != S_SEEN:
+        for i in range(len(self._layout.subs)):
+            if self._st[i] != S_SEEN:
                 return False
         return True
 
@@ -345,19 +479,15 @@ cdef class OriginRecord:
     def encode_state(self):
         """The durable state (`STATE_V2`): written once per loop iteration by the router's
         group commit, so it is a flat binary record rather than JSON."""
-        cdef dict subs = self.subs
-        cdef tuple layout = _layout(tuple(subs))
+        cdef _Layout layout = self._layout
         cdef list out = [
             _V2_SETTLED if self.settled else _V2_OPEN, _pair(self.publisher), _lp(self.tag)
         ]
-        cdef Py_ssize_t state
-        out.append(layout[0])
-        for sub, encoded in layout[1]:
+        cdef Py_ssize_t pos
+        out.append(layout.count)
+        for pos, encoded in layout.encoded:
             out.append(encoded)
-            state = subs[sub]
-            if not 0 <= state <= 2:
-                raise KeyError(subs[sub])
-            out.append(_STATE_BYTE[state])
+            out.append(_STATE_BYTE[self._st[pos]])
         return b"".join(out)
 
     @classmethod
@@ -477,15 +607,16 @@ cdef LocalRecord _new_local(bytes out_tag):
     return rec
 
 
-cdef OriginRecord _new_origin(bytes out_tag, tuple publisher, bytes tag, body, dict subs):
-    """OriginRecord(out_tag, publisher, tag, body, subs), without the call's argument parsing
-    (one per guaranteed message)."""
+cdef OriginRecord _new_origin(bytes out_tag, tuple publisher, bytes tag, body,
+                              _Layout layout):
+    """OriginRecord(out_tag, publisher, tag, body, {sub: PENDING for sub in layout}), without
+    the call's argument parsing or a dict (one per guaranteed message)."""
     cdef OriginRecord rec = OriginRecord.__new__(OriginRecord)
     rec.out_tag = out_tag
     rec.publisher = publisher
     rec.tag = tag
     rec.body = body
-    rec.subs = subs
+    rec._c_layout(layout)
     return rec
 
 
@@ -675,7 +806,7 @@ cdef class EoCore:
     cdef object _unsafe
     # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
     cdef dict _sub_order
-    cdef object _known_order  # (view.known's subscribers as a frozenset, sorted): or None
+    cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
 
@@ -706,8 +837,8 @@ cdef class EoCore:
         cdef bytes out_tag = _outgoing_tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
-            subs = dict.fromkeys(self._c_known_order(), S_PENDING)  # view.subscribers()
-            rec = _new_origin(out_tag, pub, bytes(tag), bytes(body), subs)
+            # every subscriber of view.subscribers() PENDING
+            rec = _new_origin(out_tag, pub, bytes(tag), bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
             owed = link.owed.pop(tag, None)
             if owed:  # (empty: nothing to merge)
@@ -874,13 +1005,14 @@ cdef class EoCore:
     cdef _c_on_accept(self, bytes out_tag, tuple accepted):
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
-        cdef dict subs
+        cdef dict index
         if rec is None or rec.settled:
             return
-        subs = rec.subs
+        index = rec._layout.index
         for sub in accepted:
-            if subs.get(sub) == S_PENDING:
-                subs[sub] = S_ACCEPTED
+            pos = index.get(sub)
+            if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
+                rec._st[<Py_ssize_t>pos] = S_ACCEPTED
                 changed = True
         if changed:
             self._c_save_origin(rec, False)
@@ -921,13 +1053,14 @@ cdef class EoCore:
     cdef _c_on_seen(self, bytes out_tag, tuple seen):
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
-        cdef dict subs
+        cdef dict index
         if rec is None or not rec.settled:
             return
-        subs = rec.subs
+        index = rec._layout.index
         for sub in seen:
-            if sub in subs and subs[sub] != S_SEEN:
-                subs[sub] = S_SEEN
+            pos = index.get(sub)
+            if pos is not None and rec._st[<Py_ssize_t>pos] != S_SEEN:
+                rec._st[<Py_ssize_t>pos] = S_SEEN
                 changed = True
         if changed:
             self._c_save_origin(rec, False)
@@ -935,16 +1068,17 @@ cdef class EoCore:
 
     # -- the driver side -------------------------------------------------------------------
 
-    cdef tuple _c_known_order(self):
-        """sorted(view.known) (view.subscribers()), computed once per change of the view's
-        subscribers rather than once per message."""
+    cdef _Layout _c_known_layout(self):
+        """The layout of sorted(view.known) (view.subscribers()), found once per change of the
+        view's subscribers rather than once per message."""
         known = self._view.known
         cached = self._known_order
         if cached is not None and (<tuple>cached)[0] == known.keys():
-            return <tuple>(<tuple>cached)[1]
+            return <_Layout>(<tuple>cached)[1]
         cdef tuple order = tuple(sorted(known))
-        self._known_order = (frozenset(order), order)
-        return order
+        cdef _Layout layout = _layout_of(order)
+        self._known_order = (frozenset(order), layout)
+        return layout
 
     cdef tuple _c_sub_atts(self, sub, set sub_atts):
         """sorted(sub_atts), the attachments of `sub` in the view's order (view.claims_of):
@@ -974,8 +1108,11 @@ cdef class EoCore:
         cdef dict claims = self._view.claims
         cdef set sub_atts
         cdef set done
-        for sub, state in rec.subs.items():
-            st = state
+        cdef tuple subs = rec._layout.subs
+        cdef Py_ssize_t i
+        for i in range(len(subs)):
+            sub = subs[i]
+            st = rec._st[i]
             if st == S_SEEN or (not settled and (st != S_PENDING or no_body)):
                 continue  # (no body: recovered without it, the publisher resends it)
             sub_atts = by_sub.get(sub)
@@ -1026,17 +1163,19 @@ cdef class EoCore:
     cdef _c_check_accept(self, OriginRecord rec):
         cdef set local
         cdef dict closed
+        cdef tuple subs = rec._layout.subs
+        cdef Py_ssize_t i
         if rec.settled or rec.accepted_sent or rec.publisher not in self._pubs:
             return
         if self._accept_early:
             local = {(<LocalSub>ls).sub for ls in self._subs.values()}
-            for sub, s in rec.subs.items():
-                if sub in local and s == S_PENDING:
+            for i in range(len(subs)):
+                if rec._st[i] == S_PENDING and subs[i] in local:
                     return
         else:
             closed = self._view.closed
-            for sub, st in rec.subs.items():
-                if st == S_PENDING and sub not in closed:
+            for i in range(len(subs)):
+                if rec._st[i] == S_PENDING and subs[i] not in closed:
                     return  # (closed here: only an ex-driver's hand-over puts one in)
         rec.accepted_sent = True
         self._sends.append(("accept_publisher", (rec.publisher, rec.tag)))
@@ -1056,10 +1195,12 @@ cdef class EoCore:
 
     cdef _c_maybe_drop_origin(self, OriginRecord rec):
         cdef bint done = rec.c_done()
+        cdef tuple subs = rec._layout.subs
+        cdef Py_ssize_t i
         if not done and rec.settled:
             done = True
-            for sub, s in rec.subs.items():
-                if not (s == S_SEEN or self._c_long_closed(sub)):
+            for i in range(len(subs)):
+                if not (rec._st[i] == S_SEEN or self._c_long_closed(subs[i])):
                     done = False
                     break
         if done and self._origins.get(rec.out_tag) is rec:

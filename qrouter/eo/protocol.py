@@ -489,8 +489,7 @@ class TopicRouter(EoCore):
             # closed here, it may have subscribed again (the claim that re-opens it is on its
             # way): kept, but while closed here it neither holds the publisher's ACCEPTED back
             # nor the record once settled
-            if sub not in rec.subs:
-                rec.subs[sub] = state
+            if rec.add_sub(sub, state):
                 changed = True
         if changed and not rec.settled:
             self._save_origin(rec)
@@ -513,7 +512,7 @@ class TopicRouter(EoCore):
             last = self._view.last_att[claim.sub]
             self._put(b"k/" + encode_sub(claim.sub), encode_att(last, self._view.stamps.get(last)))
             for rec in list(self._origins.values()):
-                if claim.sub in rec.subs:
+                if rec.has_sub(claim.sub):
                     self._drive(rec)
 
     def _close_sub(self, sub: Sub, att: AttId | None = None, stamp: int | None = None) -> None:
@@ -560,7 +559,7 @@ class TopicRouter(EoCore):
 
     def _drop_sub_from_records(self, sub: Sub) -> None:
         for rec in list(self._origins.values()):
-            if rec.subs.pop(sub, None) is not None:
+            if rec.pop_sub(sub) is not None:
                 self._save_origin(rec)
                 self._check_accept(rec)
                 self._maybe_drop_origin(rec)

@@ -4,6 +4,8 @@ which runs `TopicRouter` and so this code."""
 
 from __future__ import annotations
 
+import pytest
+
 from qrouter._fast.eo_core import EoCore, split_writes, stage_writes
 from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter
 
@@ -60,3 +62,30 @@ def test_the_router_batch_keeps_the_last_write_and_encodes_records_once() -> Non
     puts, deletes = split_writes(writes)
     assert puts == {b"other": b"1", b"eo/a/m/1": b"body", b"eo/a/o/1": rec.encode_state()}
     assert deletes == {b"eo/a/x"}
+
+
+def test_origin_subscriber_states_by_position() -> None:
+    """The origin record keeps its subscribers as a shared layout and one state byte each
+    (more than fit in the record itself too): adding and removing one keeps the others'
+    states and the order a dict had, `subs` is a copy, and the bytes are the dict's."""
+    subs = {(f"s{i:02}", "l"): SubState(i % 3) for i in range(40, 0, -1)}
+    rec = OriginRecord(b"t" * 32, ("p", "l"), b"x", b"b", dict(subs))
+    same = OriginRecord(b"t" * 32, ("p", "l"), b"x", b"b", dict(subs))
+    assert rec.subs == subs and list(rec.subs) == list(subs) and rec == same
+    rec.subs[("s01", "l")] = SubState.SEEN  # a copy: the record is unchanged
+    assert rec.subs == subs
+    assert rec.add_sub(("new", "l"), SubState.ACCEPTED)
+    assert not rec.add_sub(("new", "l"), SubState.PENDING)  # there already: kept
+    assert rec.pop_sub(("s20", "l")) == subs.pop(("s20", "l"))
+    assert rec.pop_sub(("s20", "l")) is None
+    subs[("new", "l")] = SubState.ACCEPTED
+    assert rec.subs == subs and list(rec.subs) == list(subs)
+    assert rec.has_sub(("new", "l")) and not rec.has_sub(("s20", "l"))
+    assert OriginRecord.decode(rec.out_tag, rec.encode_state(), b"b").subs == subs
+    for sub in list(subs):
+        rec.pop_sub(sub)
+    assert rec.subs == {} and not rec.pending()
+    rec.settled = True
+    assert rec.done()
+    with pytest.raises(ValueError):
+        OriginRecord(b"t", ("p", "l"), b"x", b"b", {("s", "l"): 7})
