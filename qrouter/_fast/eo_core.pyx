@@ -523,6 +523,51 @@ cdef class OriginRecord:
         )
 
 
+cdef class _Keys:
+    """A local record's subscriber attachments, in the order they joined it, shared by every
+    record with the same ones: the record keeps one state byte per attachment, by position.
+    Immutable, as `_Layout`: a record that gains or loses one takes another."""
+
+    cdef readonly tuple keys
+    cdef dict index  # att -> position
+    cdef dict succ  # att -> the _Keys with it appended: a record's next, without a tuple
+
+    def __cinit__(self, tuple keys):
+        self.keys = keys
+        self.index = {k: i for i, k in enumerate(keys)}
+        self.succ = {}
+
+
+cdef dict _KEYS = {}
+
+
+cdef _Keys _keys_of(tuple keys):
+    cdef _Keys out = _KEYS.get(keys)
+    if out is None:
+        out = _Keys(keys)
+        if len(_KEYS) >= 1024:
+            _KEYS.clear()  # (records keep theirs)
+        _KEYS[keys] = out
+    return out
+
+
+cdef _Keys _keys_plus(_Keys keys, key):
+    cdef _Keys out = keys.succ.get(key)
+    if out is None:
+        out = _keys_of(keys.keys + (key,))
+        if len(keys.succ) >= 64:
+            keys.succ.clear()
+        keys.succ[key] = out
+    return out
+
+
+cdef _Keys _NO_KEYS = _keys_of(())
+
+
+cdef enum:
+    INLINE_ATTS = 8  # local state bytes kept in the record itself; more are allocated
+
+
 @cython.freelist(256)
 cdef class LocalRecord:
     """At a router with subscribers: see qrouter/eo/records.py."""
@@ -531,11 +576,24 @@ cdef class LocalRecord:
     cdef public object body  # None: a placeholder, or a settled tombstone
     cdef public object publisher
     cdef public object tag
-    cdef public set drivers  # routers that forwarded it: where ACCEPT goes
-    cdef public dict subs  # AttId -> LocalState
+    # drivers, routers that forwarded it (where ACCEPT goes), and settled_by, routers that
+    # want SEEN: None, the one router (most records have one), or a set of them
+    cdef object _drivers
+    cdef object _settled_by
+    # subs, AttId -> LocalState: the attachments and one state byte each, by position
+    cdef _Keys _keys
+    cdef unsigned char *_st
+    cdef unsigned char _inline[INLINE_ATTS]
     cdef public bint settled
     cdef public long long settled_epoch  # barrier epoch when the settlement arrived
-    cdef public set settled_by  # routers that want SEEN
+
+    def __cinit__(self):
+        self._keys = _NO_KEYS
+        self._st = self._inline
+
+    def __dealloc__(self):
+        if self._st != NULL and self._st != self._inline:
+            PyMem_Free(self._st)
 
     def __init__(
         self,
@@ -553,11 +611,105 @@ cdef class LocalRecord:
         self.body = body
         self.publisher = publisher
         self.tag = tag
-        self.drivers = set() if drivers is None else drivers
-        self.subs = {} if subs is None else subs
+        self.drivers = drivers
+        if subs:
+            self.subs = subs
         self.settled = settled
         self.settled_epoch = settled_epoch
-        self.settled_by = set() if settled_by is None else settled_by
+        self.settled_by = settled_by
+
+    @property
+    def drivers(self):
+        return _routers_set(self._drivers)
+
+    @drivers.setter
+    def drivers(self, set value):
+        self._drivers = set(value) if value else None
+
+    @property
+    def settled_by(self):
+        return _routers_set(self._settled_by)
+
+    @settled_by.setter
+    def settled_by(self, set value):
+        self._settled_by = set(value) if value else None
+
+    @property
+    def subs(self):
+        """AttId -> LocalState, as a new dict (change it with set_sub / pop_sub)."""
+        cdef Py_ssize_t i
+        cdef tuple keys = self._keys.keys
+        return {keys[i]: self._st[i] for i in range(len(keys))}
+
+    @subs.setter
+    def subs(self, dict value):
+        self._c_take(_NO_KEYS)
+        for att, state in value.items():
+            self.c_set(att, state)
+
+    def has_sub(self, att):
+        return att in self._keys.index
+
+    def set_sub(self, att, state):
+        self.c_set(att, state)
+
+    def pop_sub(self, att):
+        """Remove `att`: its state, or None if it was not there."""
+        cdef int st = self.c_state(att)
+        cdef unsigned char saved[INLINE_ATTS]
+        cdef unsigned char *prev = saved
+        cdef Py_ssize_t i, j = 0, n = len(self._keys.keys)
+        cdef tuple old = self._keys.keys
+        if st < 0:
+            return None
+        if n > INLINE_ATTS:
+            prev = <unsigned char *>PyMem_Malloc(n)
+            if prev == NULL:
+                raise MemoryError()
+        try:
+            memcpy(prev, self._st, n)
+            self._c_take(_keys_of(tuple([k for k in old if k != att])))
+            for i in range(n):
+                if old[i] != att:
+                    self._st[j] = prev[i]
+                    j += 1
+        finally:
+            if prev != saved:
+                PyMem_Free(prev)
+        return st
+
+    cdef int _c_take(self, _Keys keys) except -1:
+        """Take `keys`, keeping the states of the positions both have (a prefix)."""
+        cdef Py_ssize_t n = len(keys.keys), old = len(self._keys.keys)
+        cdef unsigned char *st
+        if n > INLINE_ATTS and (n > old or old <= INLINE_ATTS):
+            st = <unsigned char *>PyMem_Malloc(n if n > 2 * INLINE_ATTS else 2 * INLINE_ATTS)
+            if st == NULL:
+                raise MemoryError()
+            memcpy(st, self._st, old if old < n else n)
+            if self._st != self._inline:
+                PyMem_Free(self._st)
+            self._st = st
+        self._keys = keys
+        return 0
+
+    cdef inline int c_state(self, att):
+        """The state of `att`, -1 if it is not one of the record's attachments."""
+        pos = self._keys.index.get(att)
+        if pos is None:
+            return -1
+        return self._st[<Py_ssize_t>pos]
+
+    cdef int c_set(self, att, state) except -1:
+        cdef Py_ssize_t v = state
+        if not L_HELD <= v <= L_SEEN:
+            raise ValueError(f"bad local state {state!r}")
+        pos = self._keys.index.get(att)
+        if pos is None:
+            self._c_take(_keys_plus(self._keys, att))
+            pos = len(self._keys.keys) - 1
+        self._st[<Py_ssize_t>pos] = <unsigned char>v
+        return 0
 
     def _names(self):
         return _LOCAL_NAMES
@@ -576,16 +728,18 @@ cdef class LocalRecord:
         return self.body is None and not self.settled
 
     cdef bint c_all_accepted(self):
-        if not self.subs:
+        cdef Py_ssize_t i, n = len(self._keys.keys)
+        if n == 0:
             return False
-        for s in self.subs.values():
-            if s < L_ACCEPTED:
+        for i in range(n):
+            if self._st[i] < L_ACCEPTED:
                 return False
         return True
 
     cdef bint c_all_seen(self):
-        for s in self.subs.values():
-            if s != L_SEEN:
+        cdef Py_ssize_t i
+        for i in range(len(self._keys.keys)):
+            if self._st[i] != L_SEEN:
                 return False
         return True
 
@@ -596,14 +750,39 @@ cdef class LocalRecord:
         return self.c_all_seen()
 
 
+cdef set _routers_set(routers):
+    if routers is None:
+        return set()
+    if type(routers) is set:
+        return set(<set>routers)
+    return {routers}
+
+
+cdef object _routers_add(routers, router):
+    """`routers` (None, one, or a set) with `router` added."""
+    if routers is None:
+        return router
+    if type(routers) is set:
+        (<set>routers).add(router)
+        return routers
+    if routers == router:
+        return routers
+    return {routers, router}
+
+
+cdef object _routers_sorted(routers):
+    if routers is None:
+        return ()
+    if type(routers) is set:
+        return sorted(<set>routers)
+    return (routers,)
+
+
 cdef LocalRecord _new_local(bytes out_tag):
     """LocalRecord(out_tag), without the call's argument parsing (one per delivery and
     subscriber router)."""
     cdef LocalRecord rec = LocalRecord.__new__(LocalRecord)
     rec.out_tag = out_tag
-    rec.drivers = set()
-    rec.subs = {}
-    rec.settled_by = set()
     return rec
 
 
@@ -870,11 +1049,13 @@ cdef class EoCore:
     def subscriber_accepted(self, att, out_tag, double now):
         self._now = now
         cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef int st
         if rec is not None and att in self._subs:
-            state = rec.subs.get(att)
-            if state == L_DELIVERED:
-                rec.subs[att] = L_ACCEPTED
-            if rec.subs.get(att) == L_ACCEPTED:
+            st = rec.c_state(att)
+            if st == L_DELIVERED:
+                rec.c_set(att, L_ACCEPTED)
+                st = L_ACCEPTED
+            if st == L_ACCEPTED:
                 self._c_check_local_accept(rec)
         self._c_flush()
 
@@ -883,10 +1064,10 @@ cdef class EoCore:
         self._now = now
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls = self._subs.get(att)
-        if rec is not None and ls is not None and rec.subs.get(att) == L_SETTLING:
-            rec.subs[att] = L_SEEN
+        if rec is not None and ls is not None and rec.c_state(att) == L_SETTLING:
+            rec.c_set(att, L_SEEN)
             seen = (ls.sub,)
-            for router in sorted(rec.settled_by):
+            for router in _routers_sorted(rec._settled_by):
                 self._c_to_router(router, ("SEEN", self.topic, out_tag, seen))
             self._c_maybe_drop_local(rec)
         self._c_flush()
@@ -971,8 +1152,9 @@ cdef class EoCore:
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef list live = []
-        cdef set touched
-        cdef dict subs
+        cdef list touched
+        cdef tuple keys
+        cdef Py_ssize_t i
         if rec is not None and rec.settled:
             return  # a tombstone: whatever this FWD was for is over
         for att in targets:
@@ -985,20 +1167,22 @@ cdef class EoCore:
             self._locals[out_tag] = rec
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
-        rec.drivers.add(sender)
-        touched = set()
-        subs = rec.subs
-        for att, state in subs.items():
-            if state == L_HELD:
-                subs[att] = L_QUEUED
-                touched.add(att)
+        rec._drivers = _routers_add(rec._drivers, sender)
+        touched = []
+        keys = rec._keys.keys
+        for i in range(len(keys)):
+            if rec._st[i] == L_HELD:
+                rec._st[i] = L_QUEUED
+                touched.append(keys[i])
         for att in live:
-            if att not in subs:
-                subs[att] = L_QUEUED
+            if att not in rec._keys.index:
+                rec.c_set(att, L_QUEUED)
                 ls = self._subs[att]
                 ls.queue.append(out_tag)
-                touched.add(att)
-        for att in sorted(touched):
+                touched.append(att)  # (not one of the HELD: those were in the record)
+        if len(touched) > 1:
+            touched.sort()
+        for att in touched:
             self._c_pump(self._subs[att])
         self._c_check_local_accept(rec)
 
@@ -1030,20 +1214,23 @@ cdef class EoCore:
             rec.settled = True
             rec.settled_epoch = self._epoch
             rec.body = None
-        rec.settled_by.add(sender)
-        for att, state in list(rec.subs.items()):
+        rec._settled_by = _routers_add(rec._settled_by, sender)
+        cdef tuple keys = rec._keys.keys
+        cdef Py_ssize_t i
+        for i in range(len(keys)):
+            att = keys[i]
             ls = self._subs[att]
-            st = state
+            st = rec._st[i]
             if st == L_HELD or st == L_DELIVERED or st == L_ACCEPTED or (
                 st == L_QUEUED and out_tag in ls.attach_map
             ):
-                rec.subs[att] = L_SETTLING if ls.resumable else L_SEEN
+                rec._st[i] = L_SETTLING if ls.resumable else L_SEEN
                 self._sends.append(("settle_subscriber", (att, out_tag)))
             elif st == L_QUEUED:
-                rec.subs[att] = L_SEEN  # never sent: nothing to see
+                rec._st[i] = L_SEEN  # never sent: nothing to see
         seen = set()
         for att in targets:
-            if att in self._subs and rec.subs.get(att, L_SEEN) == L_SEEN:
+            if att in self._subs and rec.c_state(att) in (-1, L_SEEN):
                 ls = self._subs[att]
                 seen.add(ls.sub)
         if seen:
@@ -1221,27 +1408,30 @@ cdef class EoCore:
     cdef _c_pump(self, LocalSub ls):
         """Deliver the attachment's queue in order, up to the first unfilled placeholder."""
         cdef LocalRecord rec
+        cdef int st
         queue = ls.queue
         while queue:
             out_tag = queue[0]
             rec = self._locals.get(out_tag)
-            state = rec.subs.get(ls.att) if rec is not None else None
-            if state is not None and state == L_HELD:
+            st = rec.c_state(ls.att) if rec is not None else -1
+            if st == L_HELD:
                 return
             queue.popleft()
-            if rec is not None and rec.body is not None and state is not None and (
-                state == L_QUEUED
-            ):
-                rec.subs[ls.att] = L_DELIVERED
+            if rec is not None and rec.body is not None and st == L_QUEUED:
+                rec.c_set(ls.att, L_DELIVERED)
                 resume = out_tag in ls.attach_map
                 self._sends.append(("deliver", (ls.att, out_tag, rec.body, resume)))
 
     cdef _c_check_local_accept(self, LocalRecord rec):
         """Accept upstream once every local subscriber of the delivery has accepted."""
-        if rec.settled or not rec.drivers or not rec.c_all_accepted():
+        if rec.settled or rec._drivers is None or not rec.c_all_accepted():
             return
-        subs = tuple(sorted({(<LocalSub>self._subs[att]).sub for att in rec.subs}))
-        for router in sorted(rec.drivers):
+        cdef tuple keys = rec._keys.keys
+        if len(keys) == 1:
+            subs = ((<LocalSub>self._subs[keys[0]]).sub,)
+        else:
+            subs = tuple(sorted({(<LocalSub>self._subs[att]).sub for att in keys}))
+        for router in _routers_sorted(rec._drivers):
             self._c_to_router(router, ("ACCEPT", self.topic, rec.out_tag, subs))
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
@@ -1254,7 +1444,7 @@ cdef class EoCore:
                 rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
             ):
                 del self._locals[rec.out_tag]
-        elif not rec.subs:
+        elif not rec._keys.keys:
             del self._locals[rec.out_tag]
 
     cdef bint _c_barrier_passed(self, long long epoch) except -1:

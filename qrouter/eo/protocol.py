@@ -266,12 +266,12 @@ class TopicRouter(EoCore):
             if rec is None:
                 rec = self._locals[out_tag] = LocalRecord(out_tag)  # a placeholder
             if rec.settled:
-                rec.subs[att] = LocalState.SETTLING
+                rec.set_sub(att, LocalState.SETTLING)
                 self._emit("settle_subscriber", att, out_tag)
             elif accepted:
-                rec.subs[att] = LocalState.ACCEPTED
+                rec.set_sub(att, LocalState.ACCEPTED)
             else:
-                rec.subs[att] = LocalState.QUEUED if rec.body is not None else LocalState.HELD
+                rec.set_sub(att, LocalState.QUEUED if rec.body is not None else LocalState.HELD)
                 ls.queue.append(out_tag)
             touched.append(rec)
         self._pump(ls)
@@ -297,7 +297,7 @@ class TopicRouter(EoCore):
         ls = self._subs.pop(att, None)
         if ls is not None:
             for rec in list(self._locals.values()):
-                if rec.subs.pop(att, None) is not None:
+                if rec.pop_sub(att) is not None:
                     self._check_local_accept(rec)
                     self._maybe_drop_local(rec)
             msg = make(

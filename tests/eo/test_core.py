@@ -89,3 +89,26 @@ def test_origin_subscriber_states_by_position() -> None:
     assert rec.done()
     with pytest.raises(ValueError):
         OriginRecord(b"t", ("p", "l"), b"x", b"b", {("s", "l"): 7})
+
+
+def test_local_attachment_states_by_position() -> None:
+    """The local record's attachments and their states, by position (more than fit in the
+    record itself too), and its routers (one, or a set) read as the dict and sets they were."""
+    atts = [("B", 1, n) for n in range(20, 0, -1)]
+    rec = LocalRecord(b"t", drivers={"A"}, subs={a: n % 6 for n, a in enumerate(atts)})
+    assert rec.subs == {a: n % 6 for n, a in enumerate(atts)}
+    assert rec == LocalRecord(b"t", drivers={"A"}, subs={a: n % 6 for n, a in enumerate(atts)})
+    assert rec.pop_sub(atts[3]) == 3 and rec.pop_sub(atts[3]) is None
+    rec.set_sub(atts[0], 5)
+    rec.set_sub(("C", 1, 1), 4)
+    expected = {a: n % 6 for n, a in enumerate(atts) if n != 3} | {atts[0]: 5, ("C", 1, 1): 4}
+    assert rec.subs == expected and list(rec.subs) == list(expected)
+    assert rec.has_sub(("C", 1, 1)) and not rec.has_sub(atts[3])
+    for att in list(expected):
+        rec.set_sub(att, 5)
+    assert rec.all_accepted() and rec.all_seen()
+    rec.drivers = {"A", "B"}
+    rec.settled_by = set()
+    assert (rec.drivers, rec.settled_by) == ({"A", "B"}, set())
+    with pytest.raises(ValueError):
+        rec.set_sub(atts[0], 6)
