@@ -259,6 +259,37 @@ cdef tuple _LOCAL_NAMES = (
 )
 
 
+cdef enum:
+    ATT_SLOTS = 64  # attachment slots of a topic: bits of a record's sent-sets
+
+
+cdef class _AttSlots:
+    """A topic's subscriber attachments by slot (0..63), for the origin records' sent-sets
+    as bits (forwarded, filled, settle_sent). A slot is freed only by `EoCore._c_slot` when
+    every slot is taken, and only if no record of the topic has its bit set and no claim of
+    the view names its attachment: so a bit means the same attachment for as long as it is
+    set. An attachment without a slot (more than 64 in use) goes in the record's sets."""
+
+    cdef dict slot  # att -> slot
+    cdef list atts  # slot -> att, or None
+    cdef unsigned long long used
+
+    def __cinit__(self):
+        self.slot = {}
+        self.atts = [None] * ATT_SLOTS
+        self.used = 0
+
+
+cdef set _bits_set(_AttSlots slots, unsigned long long bits, set extra):
+    cdef set out = set() if extra is None else set(extra)
+    cdef int i
+    if slots is not None:
+        for i in range(ATT_SLOTS):
+            if bits & (1ULL << i):
+                out.add(slots.atts[i])
+    return out
+
+
 @cython.freelist(256)
 cdef class OriginRecord:
     """At the router that holds (or held) the publisher's link: see qrouter/eo/records.py."""
@@ -274,8 +305,12 @@ cdef class OriginRecord:
     cdef public bint settled  # the publisher settled (or forgot) the delivery
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
-    # None until the first attachment goes in (most records never fill one): the properties
-    # below make them on first use, so they read as sets
+    # as bits by attachment slot of the topic's `_slots` (set by the core when it sets a bit),
+    # and sets for attachments without one (or given by Python): None until one goes in
+    cdef _AttSlots _slots
+    cdef unsigned long long _fwd_bits
+    cdef unsigned long long _fill_bits
+    cdef unsigned long long _settle_bits
     cdef set _forwarded
     cdef set _filled
     cdef set _settle_sent
@@ -300,39 +335,37 @@ cdef class OriginRecord:
         self._c_set_subs(subs)
         self.settled = settled
         self.accepted_sent = accepted_sent
-        self._forwarded = forwarded
-        self._filled = filled
-        self._settle_sent = settle_sent
+        self._forwarded = set(forwarded) if forwarded else None
+        self._filled = set(filled) if filled else None
+        self._settle_sent = set(settle_sent) if settle_sent else None
 
+    # the sent-sets read as new sets (assign to change them)
     @property
     def forwarded(self):
-        if self._forwarded is None:
-            self._forwarded = set()
-        return self._forwarded
+        return _bits_set(self._slots, self._fwd_bits, self._forwarded)
 
     @forwarded.setter
     def forwarded(self, set value):
-        self._forwarded = value
+        self._fwd_bits = 0
+        self._forwarded = set(value) if value else None
 
     @property
     def filled(self):
-        if self._filled is None:
-            self._filled = set()
-        return self._filled
+        return _bits_set(self._slots, self._fill_bits, self._filled)
 
     @filled.setter
     def filled(self, set value):
-        self._filled = value
+        self._fill_bits = 0
+        self._filled = set(value) if value else None
 
     @property
     def settle_sent(self):
-        if self._settle_sent is None:
-            self._settle_sent = set()
-        return self._settle_sent
+        return _bits_set(self._slots, self._settle_bits, self._settle_sent)
 
     @settle_sent.setter
     def settle_sent(self, set value):
-        self._settle_sent = value
+        self._settle_bits = 0
+        self._settle_sent = set(value) if value else None
 
     def _names(self):
         return _ORIGIN_NAMES
@@ -985,12 +1018,14 @@ cdef class EoCore:
     cdef object _unsafe
     # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
     cdef dict _sub_order
+    cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
 
     def __cinit__(self):
         self._sub_order = {}
+        self._att_slots = _AttSlots()
 
     @property
     def unsafe(self):
@@ -1279,6 +1314,57 @@ cdef class EoCore:
         self._sub_order[sub] = (frozenset(sub_atts), order)
         return order
 
+    cdef int _c_slot(self, att) except -2:
+        """The slot of `att`, given one if it has none; -1 if every slot is in use."""
+        cdef _AttSlots slots = self._att_slots
+        cdef unsigned long long keep = 0
+        cdef OriginRecord rec
+        cdef int i
+        got = slots.slot.get(att)
+        if got is not None:
+            return <int>got
+        if slots.used == 0xFFFFFFFFFFFFFFFFULL:
+            # full: free the slots no record's bit and no claim of the view holds
+            for r in self._origins.values():
+                rec = <OriginRecord>r
+                keep |= rec._fwd_bits | rec._fill_bits | rec._settle_bits
+            claims = self._view.claims
+            for i in range(ATT_SLOTS):
+                if not keep & (1ULL << i) and slots.atts[i] not in claims:
+                    del slots.slot[slots.atts[i]]
+                    slots.atts[i] = None
+                    slots.used &= ~(1ULL << i)
+        for i in range(ATT_SLOTS):
+            if not slots.used & (1ULL << i):
+                slots.used |= 1ULL << i
+                slots.atts[i] = att
+                slots.slot[att] = i
+                return i
+        return -1
+
+    def _forget_sent_to(self, peer):
+        """router_down(peer): every record's sent-sets lose the attachments at `peer`."""
+        cdef _AttSlots slots = self._att_slots
+        cdef unsigned long long mask = 0
+        cdef OriginRecord rec
+        cdef int i
+        for i in range(ATT_SLOTS):
+            att = slots.atts[i]
+            if att is not None and att[0] == peer:
+                mask |= 1ULL << i
+        mask = ~mask
+        for r in self._origins.values():
+            rec = <OriginRecord>r
+            rec._fwd_bits &= mask
+            rec._fill_bits &= mask
+            rec._settle_bits &= mask
+            if rec._forwarded is not None:
+                rec._forwarded = {a for a in rec._forwarded if a[0] != peer} or None
+            if rec._filled is not None:
+                rec._filled = {a for a in rec._filled if a[0] != peer} or None
+            if rec._settle_sent is not None:
+                rec._settle_sent = {a for a in rec._settle_sent if a[0] != peer} or None
+
     cdef _c_drive(self, OriginRecord rec):
         """Send each subscriber's attachments what they still need from this record."""
         cdef bint driving = rec.publisher in self._pubs
@@ -1295,6 +1381,9 @@ cdef class EoCore:
         cdef dict claims = self._view.claims
         cdef set sub_atts
         cdef set done
+        cdef int slot
+        cdef unsigned long long bit
+        cdef _AttSlots slots = self._att_slots
         cdef tuple subs = rec._layout.subs
         cdef Py_ssize_t i
         for i in range(len(subs)):
@@ -1306,30 +1395,55 @@ cdef class EoCore:
             if not sub_atts:
                 continue
             for att in self._c_sub_atts(sub, sub_atts):
+                slot = self._c_slot(att)
+                bit = (1ULL << slot) if slot >= 0 else 0
                 if settled:
-                    done = rec._settle_sent
-                    if done is None:
-                        done = rec._settle_sent = set()
-                    if att not in done:
+                    if bit:
+                        if rec._settle_bits & bit or (
+                            rec._settle_sent is not None and att in rec._settle_sent
+                        ):
+                            continue
+                        rec._settle_bits |= bit
+                        rec._slots = slots
+                    else:
+                        done = rec._settle_sent
+                        if done is None:
+                            done = rec._settle_sent = set()
+                        if att in done:
+                            continue
                         done.add(att)
-                        if settle is None:
-                            settle = {}
-                        settle.setdefault(att[0], []).append(att)
+                    if settle is None:
+                        settle = {}
+                    settle.setdefault(att[0], []).append(att)
                 elif driving:
-                    done = rec._forwarded
-                    if done is None:
-                        done = rec._forwarded = set()
-                    if att not in done:
+                    if bit:
+                        if rec._fwd_bits & bit or (
+                            rec._forwarded is not None and att in rec._forwarded
+                        ):
+                            continue
+                        rec._fwd_bits |= bit
+                        rec._slots = slots
+                    else:
+                        done = rec._forwarded
+                        if done is None:
+                            done = rec._forwarded = set()
+                        if att in done:
+                            continue
                         done.add(att)
-                        if fwd is None:
-                            fwd = {}
-                        fwd.setdefault(att[0], []).append(att)
-                elif claims[att].unsettled.get(rec.out_tag) is False and (
-                    rec._filled is None or att not in rec._filled
+                    if fwd is None:
+                        fwd = {}
+                    fwd.setdefault(att[0], []).append(att)
+                elif claims[att].unsettled.get(rec.out_tag) is False and not (
+                    rec._fill_bits & bit or (rec._filled is not None and att in rec._filled)
                 ):
-                    if rec._filled is None:
-                        rec._filled = set()
-                    rec._filled.add(att)  # a placeholder to fill: safe from anyone (rule 1)
+                    # a placeholder to fill: safe from anyone (rule 1)
+                    if bit:
+                        rec._fill_bits |= bit
+                        rec._slots = slots
+                    else:
+                        if rec._filled is None:
+                            rec._filled = set()
+                        rec._filled.add(att)
                     if fill is None:
                         fill = set()
                     fill.add(att[0])
@@ -1374,6 +1488,7 @@ cdef class EoCore:
             return
         self._c_save_origin(rec, False)
         rec._settle_sent = None
+        rec._settle_bits = 0
         self._c_drive(rec)
         if self._drop_on_settle:
             self._c_delete_origin(rec)

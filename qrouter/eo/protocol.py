@@ -367,10 +367,7 @@ class TopicRouter(EoCore):
         self._records_ok.discard(peer)  # (it may come back as another version: SUBS tells)
         for claim in self._view.router_claims(peer):
             self._view.remove_claim(claim.att, now)
-        for rec in self._origins.values():
-            rec.forwarded = {a for a in rec.forwarded if a[0] != peer}
-            rec.filled = {a for a in rec.filled if a[0] != peer}
-            rec.settle_sent = {a for a in rec.settle_sent if a[0] != peer}
+        self._forget_sent_to(peer)  # the records' forwarded / filled / settle_sent
         self._epoch += 1
         self._barrier[peer] = self._epoch
         self._flush()

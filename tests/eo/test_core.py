@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from qrouter._fast.eo_core import EoCore, split_writes, stage_writes
-from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter
+from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter, outgoing_tag
+from tests.eo.test_protocol import Net, P
 
 # STATE_V2 records written by the pure-Python records.py (before eo_core): a store written by
 # it must read the same, and a record must encode to the same bytes.
@@ -112,3 +113,33 @@ def test_local_attachment_states_by_position() -> None:
     assert (rec.drivers, rec.settled_by) == ({"A", "B"}, set())
     with pytest.raises(ValueError):
         rec.set_sub(atts[0], 6)
+
+
+def test_sent_sets_by_attachment_slot_beyond_the_slots_and_after_churn() -> None:
+    """The origin's forwarded / settle_sent are bits by attachment slot (64 a topic), the
+    rest in sets: 70 subscribers each get a message and its settlement once, then 70 others
+    after the first ones closed (their slots freed once no record holds them, and reused)."""
+    net = Net("AB")
+    a = net.r["A"]
+    a.publisher_attached(P, [], 0.0)
+    for round_, tag in enumerate([b"t1", b"t2"]):
+        subs = [(f"s{round_}-{i}", "l") for i in range(70)]
+        atts = [net.r["B"].subscriber_attached(s, [], 0.0, resumable=False) for s in subs]
+        net.pump()
+        a.publisher_transfer(P, tag, b"m", 0.0)
+        net.pump()
+        t = outgoing_tag(*P, tag)
+        assert sorted(d[1] for d in net.take("deliver")) == sorted(atts)
+        rec = a.origin_records()[t]
+        assert rec.forwarded == set(atts)
+        for att in atts:
+            net.r["B"].subscriber_accepted(att, t, 0.0)
+        net.pump()
+        assert net.take("accept") == [("accept", P, tag)]
+        a.publisher_settled(P, tag, 0.0)
+        net.pump()
+        assert sorted(s[1] for s in net.take("settle")) == sorted(atts)
+        assert a.origin_records() == {}
+        for att in atts:
+            net.r["B"].subscriber_detached(att, True, 0.0)
+        net.pump()
