@@ -54,6 +54,9 @@ class LocalState(IntEnum):
 #   settled tombstone; drivers: routers that forwarded it (where ACCEPT goes); subs:
 #   AttId -> LocalState; settled_epoch: the barrier epoch when the settlement arrived;
 #   settled_by: routers that want SEEN. `placeholder`, all_accepted(), all_seen().
+# Inside, neither keeps a dict or set per record (docs/exactly-once.md, "What it costs"):
+# `subs`, `forwarded`, `drivers`, ... read as new dicts and sets, so they change by assigning
+# them or with OriginRecord.add_sub / pop_sub / has_sub, LocalRecord.set_sub / pop_sub / has_sub.
 #
 # STATE_V2, the origin record state, version 2: 0x02, settled (1 byte), publisher container
 # and link, the original tag, the subscriber count (u32), then per subscriber (in sorted
