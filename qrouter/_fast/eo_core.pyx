@@ -563,12 +563,14 @@ cdef class _Keys:
 
     cdef readonly tuple keys
     cdef dict index  # att -> position
-    cdef dict succ  # att -> the _Keys with it appended: a record's next, without a tuple
+    # the last _Keys made from this one by appending `succ_key`: a record's next, without a
+    # tuple (one, so that what a record's keys keep alive is bounded by its attachments)
+    cdef object succ_key
+    cdef _Keys succ
 
     def __cinit__(self, tuple keys):
         self.keys = keys
         self.index = {k: i for i, k in enumerate(keys)}
-        self.succ = {}
 
 
 cdef dict _KEYS = {}
@@ -585,12 +587,11 @@ cdef _Keys _keys_of(tuple keys):
 
 
 cdef _Keys _keys_plus(_Keys keys, key):
-    cdef _Keys out = keys.succ.get(key)
-    if out is None:
-        out = _keys_of(keys.keys + (key,))
-        if len(keys.succ) >= 64:
-            keys.succ.clear()
-        keys.succ[key] = out
+    if keys.succ is not None and keys.succ_key == key:
+        return keys.succ
+    cdef _Keys out = _keys_of(keys.keys + (key,))
+    keys.succ_key = key
+    keys.succ = out
     return out
 
 
