@@ -1,23 +1,27 @@
 # A session's unsettled deliveries of one direction, keyed by delivery-id (2.6.12). Ids are
-# sequential per session (2.7.5: the sender numbers its deliveries), so most live ones fit a
-# small ring indexed by delivery-id modulo its size: a lookup, insert or removal is an array
-# access and an id compare, with no int object made, hashed or compared (the dict this
-# replaces cost about a tenth of a router's CPU at full speed, docs/performance.md, "Fifth
-# round"). An id whose slot holds another live id (more unsettled than the ring spans, or a
-# peer's ids out of sequence, repeated or huge) goes to a dict beside it: the same answers,
-# at a dict's cost. The ring is made on the first insert (an idle session has none) and is a
-# fixed UNSETTLED_RING slots: bounded. (Included by engine.pyx.)
+# sequential per session (2.7.5: the sender numbers its deliveries), so the live ones fit a
+# ring indexed by delivery-id modulo its size: a lookup, insert or removal is an array access
+# and an id compare, with no int object made, hashed or compared (the dicts this replaces
+# cost about a tenth of a router's CPU at full speed, docs/performance.md, "Fifth round").
+# The ring is made on the first insert (an idle session has none), UNSETTLED_MIN slots, and
+# doubles when an id finds its slot taken while at least half the slots are live (more
+# unsettled than it spans: the peer's credit and the unsettled limits bound how many), up to
+# UNSETTLED_MAX slots (12 bytes each). An id whose slot holds another live id (a full ring,
+# or a peer's ids out of sequence, repeated or huge, which never grow it while sparse) goes
+# to a dict beside it: the same answers, at a dict's cost. (Included by engine.pyx.)
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 
 cdef enum:
-    UNSETTLED_RING = 256                      # slots (a power of two)
+    UNSETTLED_MIN = 16                        # slots (powers of two)
+    UNSETTLED_MAX = 4096
 
 
 cdef class Unsettled:
     cdef list ring                            # slot -> Delivery or None (None until first use)
+    cdef uint32_t mask                        # slots - 1
     cdef uint32_t* keys                       # slot -> the delivery-id its Delivery is under
     cdef dict extra                           # delivery-id -> Delivery that did not fit the ring
     cdef Py_ssize_t n                         # how many, ring and extra
@@ -28,7 +32,7 @@ cdef class Unsettled:
 
     cdef inline Delivery get(self, uint32_t did):
         cdef PyObject* o
-        cdef uint32_t i = did & (UNSETTLED_RING - 1)
+        cdef uint32_t i = did & self.mask
         if self.ring is not None:
             o = PyList_GET_ITEM(self.ring, i)
             if <object>o is not None and self.keys[i] == did:
@@ -40,18 +44,19 @@ cdef class Unsettled:
     cdef int put(self, uint32_t did, Delivery d) except -1:
         """Hold `d` under `did`, replacing what was under it (as a dict's item assignment)."""
         cdef PyObject* o
-        cdef uint32_t i = did & (UNSETTLED_RING - 1)
+        cdef uint32_t i = did & self.mask
         self.last = did
         if self.ring is None:
-            self.keys = <uint32_t*>PyMem_Malloc(UNSETTLED_RING * sizeof(uint32_t))
-            if self.keys == NULL:
-                raise MemoryError()
-            self.ring = [None] * UNSETTLED_RING
+            self.make(UNSETTLED_MIN)
+            i = did & self.mask
         o = PyList_GET_ITEM(self.ring, i)
         if <object>o is not None:
             if self.keys[i] == did:
                 self.set_slot(i, d)           # replaced: the count stays
                 return 0
+            if self.n * 2 >= <Py_ssize_t>self.mask + 1 and self.mask + 1 < UNSETTLED_MAX:
+                self.grow()
+                return self.put(did, d)
         elif not self.extra or did not in self.extra:
             self.keys[i] = did
             self.set_slot(i, d)
@@ -64,6 +69,36 @@ cdef class Unsettled:
         self.extra[did] = d
         return 0
 
+    cdef int make(self, uint32_t slots) except -1:
+        cdef uint32_t* keys = <uint32_t*>PyMem_Malloc(slots * sizeof(uint32_t))
+        if keys == NULL:
+            raise MemoryError()
+        PyMem_Free(self.keys)
+        self.keys = keys
+        self.ring = [None] * slots
+        self.mask = slots - 1
+        return 0
+
+    cdef int grow(self) except -1:
+        """Twice the slots; everything held is put again (some of `extra` now fits)."""
+        cdef list held = []
+        cdef uint32_t i
+        cdef PyObject* o
+        for i in range(self.mask + 1):
+            o = PyList_GET_ITEM(self.ring, i)
+            if <object>o is not None:
+                held.append((self.keys[i], <object>o))
+        if self.extra:
+            held.extend(self.extra.items())
+        last = self.last
+        self.make((self.mask + 1) * 2)
+        self.extra = None
+        self.n = 0
+        for did, d in held:
+            self.put(did, d)
+        self.last = last
+        return 0
+
     cdef inline void set_slot(self, uint32_t i, object d) noexcept:
         cdef PyObject* o = PyList_GET_ITEM(self.ring, i)
         Py_INCREF(d)
@@ -74,7 +109,7 @@ cdef class Unsettled:
         """Remove and return what is under `did` (None if nothing)."""
         cdef PyObject* o
         cdef Delivery d
-        cdef uint32_t i = did & (UNSETTLED_RING - 1)
+        cdef uint32_t i = did & self.mask
         if self.ring is not None:
             o = PyList_GET_ITEM(self.ring, i)
             if <object>o is not None and self.keys[i] == did:
