@@ -19,6 +19,7 @@ cdef enum:
     UNSETTLED_MAX = 4096
 
 
+@cython.final
 cdef class Unsettled:
     cdef list ring                            # slot -> Delivery or None (None until first use)
     cdef uint32_t mask                        # slots - 1
