@@ -445,7 +445,7 @@ cdef int apply_outcome(Delivery inb, int code, bytes raw) except -1:
            journal_outcome(code), 0, -1)
     if link.rcv_settle_mode == RCV_FIRST:
         link.conn.queue_disposition(link.session, True, inb.delivery_id, True, raw)
-        link.session.unsettled_in.pop(inb.delivery_id, None)
+        link.session.unsettled_in.pop(inb.delivery_id)
         link.unsettled_count -= 1
         limit_settled(link)
         inb.settled = True
@@ -490,7 +490,7 @@ cdef int settle_out(Delivery out) except -1:
     out.settled = True
     if not out.sent:
         return 0
-    link.session.unsettled_out.pop(out.delivery_id, None)
+    link.session.unsettled_out.pop(out.delivery_id)
     link.unsettled_count -= 1
     if journaling(link):
         # also when the consumer's settling disposition brought us here (copy_outcome):

@@ -460,7 +460,7 @@ cdef class Connection:
             if presettled:
                 out.settled = True
             else:
-                s.unsettled_out[out.delivery_id] = out
+                s.unsettled_out.put(out.delivery_id, out)
                 link.unsettled_count += 1
                 if link.durable_key is not None and not link.endpoint:
                     if out.tag is None:
@@ -1196,11 +1196,11 @@ cdef class Connection:
             d.durable_key = link.durable_key
             d.transit = link.inter_router     # mesh: the gradient rule (address.pxi pick)
             if not settled:
-                s.unsettled_in[delivery_id] = d
+                s.unsettled_in.put(delivery_id, d)
                 link.unsettled_count += 1
         elif settled and not d.presettled:
             d.presettled = True               # 2.7.5: settled may be set on a later frame
-            s.unsettled_in.pop(d.delivery_id, None)
+            s.unsettled_in.pop(d.delivery_id)
             link.unsettled_count -= 1
         # 2.7.3: the max-message-size our ATTACH stated for this link (a policy's, below the
         # router's), else the router's
@@ -1211,7 +1211,7 @@ cdef class Connection:
             # 2.6.14: an aborted delivery is discarded (and settled)
             link.current = None
             if not d.presettled:
-                s.unsettled_in.pop(d.delivery_id, None)
+                s.unsettled_in.pop(d.delivery_id)
                 link.unsettled_count -= 1
             return 0
         if more or d.partial is not None:
@@ -1357,7 +1357,7 @@ cdef class Connection:
         cdef Py_ssize_t end, st
         cdef uint64_t code = 0
         cdef bytes raw = None
-        cdef dict table
+        cdef Unsettled table
         cdef Delivery d
         cdef int64_t span
         r_list(r, &count, &end)
@@ -1390,7 +1390,7 @@ cdef class Connection:
         # role true: the peer is the receiver, so these are deliveries the router sent
         table = s.unsettled_out if role else s.unsettled_in
         span = <int64_t><uint32_t>(last - first) + 1
-        if span > len(table):
+        if span > table.n:
             # a huge range (a peer may name all 2^32 ids): visit what we hold instead
             # (span is compared as int64: all 2^32 ids make span 2^32, which is 0 as a uint32)
             for d in [x for x in table.values()
@@ -1407,7 +1407,7 @@ cdef class Connection:
                 did += 1
         return 0
 
-    cdef int dispose(self, dict table, Delivery d, bint role, bint settled, int code,
+    cdef int dispose(self, Unsettled table, Delivery d, bint role, bint settled, int code,
                      bytes raw) except -1:
         if role and d.inbound is None:
             # a delivery Python sent on an endpoint link
@@ -1417,7 +1417,7 @@ cdef class Connection:
                 # the peer settled first, or in return for ours (Delivery.settle(await_peer))
                 d.settled = True
                 d.remote_settled = True
-                if table.pop(d.delivery_id, None) is not None and d.link is not None:
+                if table.pop(d.delivery_id) is not None and d.link is not None:
                     d.link.unsettled_count -= 1
             if d.link is not None and d.link.eo is not None:
                 d.link.eo.on_outcome(d, code, settled)    # eo_links.pxi: a subscriber's
@@ -1444,7 +1444,7 @@ cdef class Connection:
                 # disposition for what it settled itself. One journal row says both
                 # (copy_outcome's), unless an earlier disposition brought the outcome.
                 d.settled = True
-                table.pop(d.delivery_id, None)
+                table.pop(d.delivery_id)
                 if d.link is not None:
                     d.link.unsettled_count -= 1
                     if journaling(d.link) and (d.outcome_sent or d.inbound is None):
@@ -1458,7 +1458,7 @@ cdef class Connection:
             # the producer settled: relay the settlement to the copies (exactly-once's final
             # step, 3.8.3)
             d.settled = True
-            table.pop(d.delivery_id, None)
+            table.pop(d.delivery_id)
             if d.link is not None:
                 d.link.unsettled_count -= 1
                 limit_settled(d.link)

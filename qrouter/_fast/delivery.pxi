@@ -131,7 +131,7 @@ cdef class Delivery:
         raw = encode_state(code, detail) if code else None
         if settle:
             self.settled = True
-            link.session.unsettled_in.pop(self.delivery_id, None)
+            link.session.unsettled_in.pop(self.delivery_id)
             link.unsettled_count -= 1
         link.conn.queue_disposition(link.session, True, self.delivery_id, settle, raw)
         return 0
@@ -151,7 +151,7 @@ cdef class Delivery:
         if not self.sent:
             return 0
         if not await_peer or self.remote_settled:
-            if link.session.unsettled_out.pop(self.delivery_id, None) is not None:
+            if link.session.unsettled_out.pop(self.delivery_id) is not None:
                 link.unsettled_count -= 1
         link.conn.queue_disposition(link.session, False, self.delivery_id, True,
                                     self.remote_state_raw)

@@ -224,14 +224,14 @@ cdef int resume_inbound(Link link, Delivery d, Delivery old, bint settled) excep
     old.resume = True
     if settled:
         if not d.presettled:
-            s.unsettled_in.pop(d.delivery_id, None)
+            s.unsettled_in.pop(d.delivery_id)
             link.unsettled_count -= 1
         old.settled = True
         settle_copies(old)
         if old.durable_key is not None:
             j_del(link.conn.router, old, old.durable_key)
         return 0
-    s.unsettled_in[d.delivery_id] = old
+    s.unsettled_in.put(d.delivery_id, old)
     if old.outcome_sent and old.outcome_raw is not None:
         old.outcome_sent = False
         apply_outcome(old, old.outcome_code, old.outcome_raw)

@@ -38,6 +38,7 @@ cdef enum:
 
 include "performatives.pxi"
 include "delivery.pxi"
+include "unsettled.pxi"
 include "link.pxi"
 include "limits.pxi"
 include "annotations.pxi"

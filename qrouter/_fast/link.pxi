@@ -16,8 +16,8 @@ cdef class Session:
     cdef uint32_t handle_max
     cdef dict links                          # remote handle -> Link
     cdef list local_handles                  # our handle -> Link or None
-    cdef dict unsettled_out                  # delivery-id -> Delivery we sent
-    cdef dict unsettled_in                   # delivery-id -> Delivery we received
+    cdef Unsettled unsettled_out             # delivery-id -> Delivery we sent (unsettled.pxi)
+    cdef Unsettled unsettled_in              # delivery-id -> Delivery we received
     cdef list blocked                        # links waiting for the session window to open
     cdef dict attaching                      # (name, router is sender) -> Link we attached
     cdef readonly bint ended
@@ -27,8 +27,8 @@ cdef class Session:
     def __cinit__(self):
         self.links = {}
         self.local_handles = []
-        self.unsettled_out = {}
-        self.unsettled_in = {}
+        self.unsettled_out = Unsettled()
+        self.unsettled_in = Unsettled()
         self.blocked = []
         self.attaching = {}
         self.remote_incoming_window = WINDOW_MAX
@@ -329,7 +329,7 @@ cdef class Link:
             self.pending = []
             mine = [d for d in self.session.unsettled_out.values() if d.link is self]
             for d in mine:
-                del self.session.unsettled_out[d.delivery_id]
+                self.session.unsettled_out.pop(d.delivery_id)
                 d.link = None
                 if self.durable_key is not None:
                     # suspended, not gone: the copy waits for the consumer to resume
@@ -361,7 +361,7 @@ cdef class Link:
             self.current = None
             mine = [d for d in self.session.unsettled_in.values() if d.link is self]
             for d in mine:
-                del self.session.unsettled_in[d.delivery_id]
+                self.session.unsettled_in.pop(d.delivery_id)
                 d.link = None
                 if self.durable_key is not None:
                     if self.resumable is None:
