@@ -630,6 +630,18 @@ def assert_engine_usable(core: Core) -> None:
     assert a.conn.closed
 
 
+def settle_range(
+    first: int, last: int | None = None, outcome: int = ACCEPTED, **fields: Any
+) -> bytes:
+    """A receiver's settled DISPOSITION (2.7.6) of delivery-ids first..last with `outcome`
+    (a 3.4 code: ACCEPTED, RELEASED, ...)."""
+    if last is not None:
+        fields["last"] = UInt(last)
+    return perf(
+        DISPOSITION, role=True, first=UInt(first), settled=True, state=described(outcome), **fields
+    )
+
+
 def flow_frame(
     *,
     channel: int = 0,

@@ -10,6 +10,7 @@ from proton import Condition, Delivery, Link, symbol
 
 from tests.engine.pump import (
     DISPOSITION,
+    RELEASED,
     TRANSFER,
     Peer,
     RawPeer,
@@ -23,6 +24,7 @@ from tests.engine.pump import (
     pump,
     receive,
     send,
+    settle_range,
 )
 
 
@@ -136,11 +138,7 @@ def test_disposition_over_a_range(core) -> None:  # type: ignore[no-untyped-def]
     pump(producer)
     consumer.collect()
     assert len(consumer.of(TRANSFER)) == 10
-    consumer.feed(
-        perf(
-            DISPOSITION, role=True, first=UInt(0), last=UInt(9), settled=True, state=described(0x24)
-        )
-    )
+    consumer.feed(settle_range(0, 9))
     pump(producer)
     assert all(d.remote_state == Delivery.ACCEPTED and d.settled for d in sent)
     ranges = [
@@ -162,21 +160,8 @@ def test_disposition_range_with_gaps_and_unknown_ids(core) -> None:  # type: ign
     pump(producer)
     sent = [send(snd, i) for i in range(4)]
     pump(producer)
-    consumer.feed(
-        perf(
-            DISPOSITION, role=True, first=UInt(1), last=UInt(1), settled=True, state=described(0x26)
-        )
-    )
-    consumer.feed(
-        perf(
-            DISPOSITION,
-            role=True,
-            first=UInt(0),
-            last=UInt(0xFFFFFFFF),
-            settled=True,
-            state=described(0x24),
-        )
-    )
+    consumer.feed(settle_range(1, 1, RELEASED))
+    consumer.feed(settle_range(0, 0xFFFFFFFF))
     pump(producer)
     assert [d.remote_state for d in sent] == [
         Delivery.ACCEPTED,

@@ -12,17 +12,15 @@ from tests.engine.pump import (
     TRANSFER,
     Peer,
     RawPeer,
-    UInt,
     assert_engine_usable,
     attach_frame,
-    described,
     flow_frame,
     make_core,
     message_bytes,
-    perf,
     pump,
     receive,
     send,
+    settle_range,
     transfer_frame,
 )
 
@@ -123,16 +121,7 @@ def test_huge_disposition_range_over_a_grown_ring() -> None:
     consumer.collect()
     assert len(consumer.of(TRANSFER)) == 600
     assert consumer.conn.links()[0].unsettled_count == 600
-    consumer.feed(
-        perf(
-            DISPOSITION,
-            role=True,
-            first=UInt(0),
-            last=UInt(0xFFFFFFFF),
-            settled=True,
-            state=described(0x24),
-        )
-    )
+    consumer.feed(settle_range(0, 0xFFFFFFFF))
     pump(producer)
     assert [d.remote_state for d in sent] == [Delivery.ACCEPTED] * 600
     assert consumer.conn.links()[0].unsettled_count == 0
