@@ -292,6 +292,14 @@ cdef set _bits_set(_AttSlots slots, unsigned long long bits, set extra):
     return out
 
 
+# Not tracked by the cyclic collector (no_gc): a record is made per message and lives until
+# the message is done everywhere, so tracked records made the collector's young passes
+# frequent and long (a router's records in flight, traversed at each). A record cannot be in
+# a reference cycle: its fields hold bytes, ids (tuples of str), sets of ids and the shared
+# layouts/keys, which hold ids and (a _Keys) a chain of strictly longer _Keys; nothing stores
+# a record, or a container holding one, in a record. (Were Python code to do it, the cycle
+# would leak, not crash: what an untracked object refers to counts as reachable.)
+@cython.no_gc
 @cython.freelist(256)
 cdef class OriginRecord:
     """At the router that holds (or held) the publisher's link: see qrouter/eo/records.py."""
@@ -605,6 +613,7 @@ cdef enum:
     INLINE_ATTS = 8  # local state bytes kept in the record itself; more are allocated
 
 
+@cython.no_gc  # (see OriginRecord)
 @cython.freelist(256)
 cdef class LocalRecord:
     """At a router with subscribers: see qrouter/eo/records.py."""
