@@ -757,6 +757,12 @@ cdef class LocalRecord:
         self._st[<Py_ssize_t>pos] = <unsigned char>v
         return 0
 
+    cdef inline int c_add(self, att, unsigned char state) except -1:
+        """c_set(att, state) for an `att` the record does not have yet."""
+        self._c_take(_keys_plus(self._keys, att))
+        self._st[len(self._keys.keys) - 1] = state
+        return 0
+
     def _names(self):
         return _LOCAL_NAMES
 
@@ -1238,6 +1244,7 @@ cdef class EoCore:
         cdef LocalSub ls
         cdef dict subs_here = self._subs
         cdef list touched = None  # the attachments to pump, once more than one
+        cdef LocalSub first_ls = None  # the first's, when it is a new one of `targets`
         cdef tuple keys
         cdef Py_ssize_t i
         cdef bint live = False
@@ -1269,11 +1276,12 @@ cdef class EoCore:
         for att in targets:  # (the live ones: attached here)
             ls = subs_here.get(att)
             if ls is not None and att not in rec._keys.index:
-                rec.c_set(att, L_QUEUED)
+                rec.c_add(att, L_QUEUED)
                 ls.queue.append(out_tag)
                 # (not one of the HELD: those were in the record)
                 if first is None:
                     first = att
+                    first_ls = ls
                 else:
                     if touched is None:
                         touched = [first]
@@ -1282,6 +1290,8 @@ cdef class EoCore:
             touched.sort()
             for att in touched:
                 self._c_pump(subs_here[att])
+        elif first_ls is not None:
+            self._c_pump(first_ls)
         elif first is not None:
             self._c_pump(subs_here[first])
         self._c_check_local_accept(rec)
@@ -1684,8 +1694,9 @@ cdef class EoCore:
     cdef bint _c_barrier_passed(self, long long epoch) except -1:
         cdef dict barrier = self._barrier
         cdef set lacking = self._lacking
+        cdef object at = epoch  # (made once, not once per peer)
         for p in self._up:  # peers not up, or lacking the guarantee, are not waited for
-            if p not in lacking and barrier.get(p, 0) <= epoch:
+            if p not in lacking and barrier.get(p, 0) <= at:
                 return False
         return True
 
