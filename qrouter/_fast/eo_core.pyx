@@ -1569,8 +1569,10 @@ cdef class EoCore:
         each router's attachments in their order in `outs` (a stable sort by router)."""
         cdef Py_ssize_t n = len(outs), a = 0, b
         cdef tuple targets
-        if n > 1:
-            outs.sort(key=_router_of)
+        for b in range(1, n):  # (usually in order already: no sort then)
+            if (<tuple>outs[b - 1])[0] > (<tuple>outs[b])[0]:
+                outs.sort(key=_router_of)
+                break
         while a < n:
             router = (<tuple>outs[a])[0]
             b = a + 1
