@@ -29,7 +29,8 @@ class SubState(IntEnum):
     SEEN = 2
 
 class OriginRecord:
-    out_tag: bytes
+    @property
+    def out_tag(self) -> bytes: ...  # read-only (its store key is made of it)
     publisher: tuple[str, str]
     tag: bytes
     body: bytes | None

@@ -20,6 +20,7 @@ here, and qrouter/eo's messages.py, records.py and tags.py re-export it.
 
 import hashlib
 import json
+from operator import itemgetter
 
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -96,6 +97,7 @@ cdef dict _FIELDS = {op: tuple(fields.items()) for op, fields in FIELDS.items()}
 cdef object _ProtocolError = ProtocolError
 cdef object _SubState = SubState
 cdef object _blake2b = hashlib.blake2b
+cdef object _router_of = itemgetter(0)  # an attachment's router
 cdef bytes _TAG_KEY = TAG_KEY
 cdef bytes _TAG_PERSON = TAG_PERSON
 cdef int _TAG_SIZE = TAG_SIZE
@@ -290,14 +292,23 @@ cdef set _bits_set(_AttSlots slots, unsigned long long bits, set extra):
     return out
 
 
+# Not tracked by the cyclic collector (no_gc): a record is made per message and lives until
+# the message is done everywhere, so tracked records made the collector's young passes
+# frequent and long (a router's records in flight, traversed at each). A record cannot be in
+# a reference cycle: its fields hold bytes, ids (tuples of str), sets of ids and the shared
+# layouts/keys, which hold ids and (a _Keys) a chain of strictly longer _Keys; nothing stores
+# a record, or a container holding one, in a record. (Were Python code to do it, the cycle
+# would leak, not crash: what an untracked object refers to counts as reachable.)
+@cython.no_gc
 @cython.freelist(256)
 cdef class OriginRecord:
     """At the router that holds (or held) the publisher's link: see qrouter/eo/records.py."""
 
-    cdef public bytes out_tag
+    cdef readonly bytes out_tag  # (readonly: _okey is made of it)
     cdef public tuple publisher
     cdef public bytes tag
     cdef public object body  # None: recovered from a store that lacked it (never sent empty)
+    cdef bytes _okey  # b"o/" + out_tag, its store key (_origin_key), made once
     # subs, Sub -> SubState: the subscribers' layout and one state byte each, by position
     cdef _Layout _layout
     cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
@@ -602,6 +613,7 @@ cdef enum:
     INLINE_ATTS = 8  # local state bytes kept in the record itself; more are allocated
 
 
+@cython.no_gc  # (see OriginRecord)
 @cython.freelist(256)
 cdef class LocalRecord:
     """At a router with subscribers: see qrouter/eo/records.py."""
@@ -745,6 +757,12 @@ cdef class LocalRecord:
         self._st[<Py_ssize_t>pos] = <unsigned char>v
         return 0
 
+    cdef inline int c_add(self, att, unsigned char state) except -1:
+        """c_set(att, state) for an `att` the record does not have yet."""
+        self._c_take(_keys_plus(self._keys, att))
+        self._st[len(self._keys.keys) - 1] = state
+        return 0
+
     def _names(self):
         return _LOCAL_NAMES
 
@@ -804,12 +822,12 @@ cdef object _routers_add(routers, router):
     return {routers, router}
 
 
-cdef object _routers_sorted(routers):
-    if routers is None:
-        return ()
-    if type(routers) is set:
-        return sorted(<set>routers)
-    return (routers,)
+cdef inline bytes _origin_key(OriginRecord rec):
+    """The record's store key, b"o/" + out_tag, made at its first save."""
+    cdef bytes key = rec._okey
+    if key is None:
+        key = rec._okey = b"o/" + rec.out_tag
+    return key
 
 
 cdef LocalRecord _new_local(bytes out_tag):
@@ -842,10 +860,36 @@ cdef class PubLink:
     # tag -> subscribers an ex-driver owed it to (ASK `owed`), for the record its resend makes
     cdef public dict owed
 
+    # tag -> its outgoing tag, from the transfer until the publisher settles it: the tag is
+    # hashed once per message, not again at the settlement (bounded: cleared when full, the
+    # value is the same when computed again)
+    cdef dict _out_tags
+
+    def __cinit__(self, *args, **kwargs):
+        self._out_tags = {}
+
     def __init__(self, dict attach_map, set awaiting, dict owed=None):
         self.attach_map = attach_map
         self.awaiting = awaiting
         self.owed = {} if owed is None else owed
+
+    cdef bytes c_out_tag(self, tuple pub, tag):
+        """_outgoing_tag(pub, tag), kept until `c_take_out_tag` (pub: this link's)."""
+        cdef dict cache = self._out_tags
+        cdef bytes out = cache.get(tag)
+        if out is None:
+            out = _outgoing_tag(pub, tag)
+            if len(cache) >= OUT_TAGS_MAX:
+                cache.clear()
+            cache[tag] = out
+        return out
+
+    cdef bytes c_take_out_tag(self, tuple pub, tag):
+        """_outgoing_tag(pub, tag), forgotten: the publisher settled `tag`."""
+        cdef bytes out = self._out_tags.pop(tag, None)
+        if out is None:
+            out = _outgoing_tag(pub, tag)
+        return out
 
 
 cdef class LocalSub:
@@ -958,6 +1002,10 @@ def sub_of(value):
 
 
 cdef dict _TAG_PREFIX = {}
+cdef enum:
+    # a publisher link's cached outgoing tags (PubLink._out_tags): more than its window of
+    # unsettled deliveries, so only a publisher that never settles makes it clear
+    OUT_TAGS_MAX = 8192
 
 
 cdef bytes _outgoing_tag(tuple pub, tag):
@@ -974,8 +1022,7 @@ cdef bytes _outgoing_tag(tuple pub, tag):
         _TAG_PREFIX[pub] = h
     h = h.copy()
     cdef bytes raw = bytes(tag)
-    h.update(_u32(len(raw)))
-    h.update(raw)
+    h.update(_u32(len(raw)) + raw)  # (the same bytes as two updates: one call less)
     return h.digest()
 
 
@@ -1049,7 +1096,7 @@ cdef class EoCore:
             self._c_flush()
             return
         link.awaiting.discard(tag)
-        cdef bytes out_tag = _outgoing_tag(pub, tag)
+        cdef bytes out_tag = link.c_out_tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
             # every subscriber of view.subscribers() PENDING
@@ -1075,7 +1122,11 @@ cdef class EoCore:
 
     def publisher_settled(self, pub, tag, double now):
         self._now = now
-        cdef OriginRecord rec = self._origins.get(_outgoing_tag(pub, tag))
+        cdef PubLink link = self._pubs.get(pub)
+        cdef bytes out_tag = (
+            _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
+        )
+        cdef OriginRecord rec = self._origins.get(out_tag)
         if rec is not None and not rec.settled:
             self._c_settle_origin(rec)
         self._c_flush()
@@ -1103,8 +1154,12 @@ cdef class EoCore:
         if rec is not None and ls is not None and rec.c_state(att) == L_SETTLING:
             rec.c_set(att, L_SEEN)
             seen = (ls.sub,)
-            for router in _routers_sorted(rec._settled_by):
-                self._c_to_router(router, ("SEEN", self.topic, out_tag, seen))
+            settled_by = rec._settled_by
+            if type(settled_by) is set:
+                for router in sorted(<set>settled_by):
+                    self._c_to_router(router, ("SEEN", self.topic, out_tag, seen))
+            elif settled_by is not None:
+                self._c_to_router(settled_by, ("SEEN", self.topic, out_tag, seen))
             self._c_maybe_drop_local(rec)
         self._c_flush()
 
@@ -1187,16 +1242,19 @@ cdef class EoCore:
                    tuple targets):
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
-        cdef list live = []
-        cdef list touched
+        cdef dict subs_here = self._subs
+        cdef list touched = None  # the attachments to pump, once more than one
+        cdef LocalSub first_ls = None  # the first's, when it is a new one of `targets`
         cdef tuple keys
         cdef Py_ssize_t i
+        cdef bint live = False
         if rec is not None and rec.settled:
             return  # a tombstone: whatever this FWD was for is over
-        for att in targets:
-            if att in self._subs:
-                live.append(att)
         if rec is None:
+            for att in targets:
+                if att in subs_here:
+                    live = True
+                    break
             if not live:
                 return
             rec = _new_local(out_tag)
@@ -1204,22 +1262,38 @@ cdef class EoCore:
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
         rec._drivers = _routers_add(rec._drivers, sender)
-        touched = []
+        first = None  # the first attachment to pump
         keys = rec._keys.keys
         for i in range(len(keys)):
             if rec._st[i] == L_HELD:
                 rec._st[i] = L_QUEUED
-                touched.append(keys[i])
-        for att in live:
-            if att not in rec._keys.index:
-                rec.c_set(att, L_QUEUED)
-                ls = self._subs[att]
+                if first is None:
+                    first = keys[i]
+                else:
+                    if touched is None:
+                        touched = [first]
+                    touched.append(keys[i])
+        for att in targets:  # (the live ones: attached here)
+            ls = subs_here.get(att)
+            if ls is not None and att not in rec._keys.index:
+                rec.c_add(att, L_QUEUED)
                 ls.queue.append(out_tag)
-                touched.append(att)  # (not one of the HELD: those were in the record)
-        if len(touched) > 1:
+                # (not one of the HELD: those were in the record)
+                if first is None:
+                    first = att
+                    first_ls = ls
+                else:
+                    if touched is None:
+                        touched = [first]
+                    touched.append(att)
+        if touched is not None:
             touched.sort()
-        for att in touched:
-            self._c_pump(self._subs[att])
+            for att in touched:
+                self._c_pump(subs_here[att])
+        elif first_ls is not None:
+            self._c_pump(first_ls)
+        elif first is not None:
+            self._c_pump(subs_here[first])
         self._c_check_local_accept(rec)
 
     cdef _c_on_accept(self, bytes out_tag, tuple accepted):
@@ -1243,6 +1317,7 @@ cdef class EoCore:
         cdef LocalSub ls
         cdef int st
         cdef set seen
+        cdef dict subs_here = self._subs
         if rec is None:
             rec = _new_local(out_tag)
             self._locals[out_tag] = rec
@@ -1255,7 +1330,7 @@ cdef class EoCore:
         cdef Py_ssize_t i
         for i in range(len(keys)):
             att = keys[i]
-            ls = self._subs[att]
+            ls = subs_here[att]
             st = rec._st[i]
             if st == L_HELD or st == L_DELIVERED or st == L_ACCEPTED or (
                 st == L_QUEUED and out_tag in ls.attach_map
@@ -1264,13 +1339,24 @@ cdef class EoCore:
                 self._sends.append(("settle_subscriber", (att, out_tag)))
             elif st == L_QUEUED:
                 rec._st[i] = L_SEEN  # never sent: nothing to see
-        seen = set()
+        # the subscribers of `targets` here that have seen it: usually one, sent as is
+        first = None
+        seen = None
         for att in targets:
-            if att in self._subs and rec.c_state(att) in (-1, L_SEEN):
-                ls = self._subs[att]
-                seen.add(ls.sub)
-        if seen:
+            ls = subs_here.get(att)
+            if ls is not None:
+                st = rec.c_state(att)
+                if st == -1 or st == L_SEEN:
+                    if first is None:
+                        first = ls.sub
+                    elif seen is None:
+                        seen = {first, ls.sub}
+                    else:
+                        seen.add(ls.sub)
+        if seen is not None and len(seen) > 1:
             self._c_to_router(sender, ("SEEN", self.topic, out_tag, tuple(sorted(seen))))
+        elif first is not None:
+            self._c_to_router(sender, ("SEEN", self.topic, out_tag, (first,)))
         self._c_maybe_drop_local(rec)
 
     cdef _c_on_seen(self, bytes out_tag, tuple seen):
@@ -1296,8 +1382,19 @@ cdef class EoCore:
         view's subscribers rather than once per message."""
         known = self._view.known
         cached = self._known_order
-        if cached is not None and (<tuple>cached)[0] == known.keys():
-            return <_Layout>(<tuple>cached)[1]
+        cdef frozenset was
+        if cached is not None:
+            was = <frozenset>(<tuple>cached)[0]
+            if type(known) is dict:
+                # was == known.keys(), without the keys view (same size, every key in it)
+                if len(was) == len(<dict>known):
+                    for sub in <dict>known:
+                        if sub not in was:
+                            break
+                    else:
+                        return <_Layout>(<tuple>cached)[1]
+            elif was == known.keys():
+                return <_Layout>(<tuple>cached)[1]
         cdef tuple order = tuple(sorted(known))
         cdef _Layout layout = _layout_of(order)
         self._known_order = (frozenset(order), layout)
@@ -1367,35 +1464,43 @@ cdef class EoCore:
                 rec._settle_sent = {a for a in rec._settle_sent if a[0] != peer} or None
 
     cdef _c_drive(self, OriginRecord rec):
-        """Send each subscriber's attachments what they still need from this record."""
+        """Send each subscriber's attachments what they still need from this record.
+
+        A record is either settled (SETTLE to the attachments not yet sent it), or driven here
+        (FWD with the body), or neither (an empty FWD to each router with a placeholder to
+        fill): one kind per call, so one list of attachments (`outs`) or of routers (`fill`),
+        sent grouped by router in sorted order, each router's attachments in the order
+        found."""
         cdef bint driving = rec.publisher in self._pubs
-        cdef dict fwd = None
+        cdef list outs = None  # the attachments to send FWD (driving) or SETTLE (settled)
         cdef set fill = None
-        cdef dict settle = None
         cdef bint settled = rec.settled
         cdef bint no_body = rec.body is None
         cdef int st
         cdef tuple att
-        cdef tuple targets
+        cdef tuple order
         # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
-        cdef dict by_sub = self._view._by_sub
-        cdef dict claims = self._view.claims
+        cdef object view = self._view
+        cdef dict by_sub = view._by_sub
+        cdef dict claims = None
         cdef set sub_atts
         cdef set done
         cdef int slot
         cdef unsigned long long bit
         cdef _AttSlots slots = self._att_slots
         cdef tuple subs = rec._layout.subs
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j
         for i in range(len(subs)):
-            sub = subs[i]
             st = rec._st[i]
             if st == S_SEEN or (not settled and (st != S_PENDING or no_body)):
                 continue  # (no body: recovered without it, the publisher resends it)
+            sub = subs[i]
             sub_atts = by_sub.get(sub)
             if not sub_atts:
                 continue
-            for att in self._c_sub_atts(sub, sub_atts):
+            order = self._c_sub_atts(sub, sub_atts)
+            for j in range(len(order)):
+                att = <tuple>order[j]
                 slot = self._c_slot(att)
                 bit = (1ULL << slot) if slot >= 0 else 0
                 if settled:
@@ -1413,9 +1518,9 @@ cdef class EoCore:
                         if att in done:
                             continue
                         done.add(att)
-                    if settle is None:
-                        settle = {}
-                    settle.setdefault(att[0], []).append(att)
+                    if outs is None:
+                        outs = []
+                    outs.append(att)
                 elif driving:
                     if bit:
                         if rec._fwd_bits & bit or (
@@ -1431,36 +1536,57 @@ cdef class EoCore:
                         if att in done:
                             continue
                         done.add(att)
-                    if fwd is None:
-                        fwd = {}
-                    fwd.setdefault(att[0], []).append(att)
-                elif claims[att].unsettled.get(rec.out_tag) is False and not (
-                    rec._fill_bits & bit or (rec._filled is not None and att in rec._filled)
-                ):
-                    # a placeholder to fill: safe from anyone (rule 1)
-                    if bit:
-                        rec._fill_bits |= bit
-                        rec._slots = slots
-                    else:
-                        if rec._filled is None:
-                            rec._filled = set()
-                        rec._filled.add(att)
-                    if fill is None:
-                        fill = set()
-                    fill.add(att[0])
-        if fwd is not None or fill is not None:
-            if fwd is None:
-                fwd = {}
-            if fill is None:
-                fill = set()
-            for router in (sorted(fwd) if not fill else sorted(fwd.keys() | fill)):
-                targets = tuple(fwd.get(router, ()))
+                    if outs is None:
+                        outs = []
+                    outs.append(att)
+                else:
+                    if claims is None:
+                        claims = view.claims
+                    if claims[att].unsettled.get(rec.out_tag) is False and not (
+                        rec._fill_bits & bit or (rec._filled is not None and att in rec._filled)
+                    ):
+                        # a placeholder to fill: safe from anyone (rule 1)
+                        if bit:
+                            rec._fill_bits |= bit
+                            rec._slots = slots
+                        else:
+                            if rec._filled is None:
+                                rec._filled = set()
+                            rec._filled.add(att)
+                        if fill is None:
+                            fill = set()
+                        fill.add(att[0])
+        if fill is not None:
+            for router in sorted(fill):
+                self._c_to_router(router, (
+                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, ()
+                ))
+        elif outs is not None:
+            self._c_send_grouped(rec, outs, settled)
+
+    cdef int _c_send_grouped(self, OriginRecord rec, list outs, bint settle) except -1:
+        """FWD (or SETTLE) to each router of `outs` its attachments, routers in sorted order,
+        each router's attachments in their order in `outs` (a stable sort by router)."""
+        cdef Py_ssize_t n = len(outs), a = 0, b
+        cdef tuple targets
+        for b in range(1, n):  # (usually in order already: no sort then)
+            if (<tuple>outs[b - 1])[0] > (<tuple>outs[b])[0]:
+                outs.sort(key=_router_of)
+                break
+        while a < n:
+            router = (<tuple>outs[a])[0]
+            b = a + 1
+            while b < n and (<tuple>outs[b])[0] == router:
+                b += 1
+            targets = (outs[a],) if b == a + 1 else tuple(outs[a:b])
+            if settle:
+                self._c_to_router(router, ("SETTLE", self.topic, rec.out_tag, targets))
+            else:
                 self._c_to_router(router, (
                     "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
                 ))
-        if settle is not None:
-            for router, atts in sorted(settle.items()):
-                self._c_to_router(router, ("SETTLE", self.topic, rec.out_tag, tuple(atts)))
+            a = b
+        return 0
 
     cdef _c_check_accept(self, OriginRecord rec):
         cdef set local
@@ -1547,8 +1673,12 @@ cdef class EoCore:
             subs = ((<LocalSub>self._subs[keys[0]]).sub,)
         else:
             subs = tuple(sorted({(<LocalSub>self._subs[att]).sub for att in keys}))
-        for router in _routers_sorted(rec._drivers):
-            self._c_to_router(router, ("ACCEPT", self.topic, rec.out_tag, subs))
+        drivers = rec._drivers
+        if type(drivers) is set:
+            for router in sorted(<set>drivers):
+                self._c_to_router(router, ("ACCEPT", self.topic, rec.out_tag, subs))
+        else:  # (one router, not None: checked above)
+            self._c_to_router(drivers, ("ACCEPT", self.topic, rec.out_tag, subs))
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
 
@@ -1566,26 +1696,34 @@ cdef class EoCore:
     cdef bint _c_barrier_passed(self, long long epoch) except -1:
         cdef dict barrier = self._barrier
         cdef set lacking = self._lacking
+        cdef object at = epoch  # (made once, not once per peer)
         for p in self._up:  # peers not up, or lacking the guarantee, are not waited for
-            if p not in lacking and barrier.get(p, 0) <= epoch:
+            if p not in lacking and barrier.get(p, 0) <= at:
                 return False
         return True
 
     # -- plumbing --------------------------------------------------------------------------
 
-    cdef _c_save_origin(self, OriginRecord rec, bint body):
+    cdef int _c_save_origin(self, OriginRecord rec, bint body) except -1:
+        cdef bytes key
+        cdef set dels
         if self.eo:
-            key = b"o/" + rec.out_tag
-            self._dels.discard(key)
+            key = _origin_key(rec)
+            dels = self._dels
+            if dels:
+                dels.discard(key)
             self._dirty[key] = rec  # encoded once, at the commit (see _flush)
             if body and rec.body is not None:
                 self._c_put(b"m/" + rec.out_tag, rec.body)
+        return 0
 
     cdef _c_delete_origin(self, OriginRecord rec):
+        cdef bytes key
         self._origins.pop(rec.out_tag, None)
         if self.eo:
-            self._dirty.pop(b"o/" + rec.out_tag, None)
-            self._c_del(b"o/" + rec.out_tag)
+            key = _origin_key(rec)
+            self._dirty.pop(key, None)
+            self._c_del(key)
             self._c_del(b"m/" + rec.out_tag)
 
     cdef _c_put(self, key, value):
