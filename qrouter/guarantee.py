@@ -359,6 +359,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
             self.groups.clear()
+            self.outbox.forget()
             if self.core.mesh is not None:
                 for link_id, envelopes in batches.items():
                     self.core.mesh.send_eo(link_id, envelopes)
@@ -579,6 +580,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             if ch is not None and ch.up:
                 log.info("guaranteed topics: channel to %r down (no route)", router_id)
                 ch.link_id = None
+                self.outbox.forget()
                 for t in list(self.topics.values()):
                     t.router_down(router_id, now)
             return
@@ -600,6 +602,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
     def _open(self, router_id: str, ch: _Channel, link_id: int, now: float) -> None:
         ch.link_id = link_id
         ch.out_n = ch.in_n = 0
+        self.outbox.forget()  # its next message opens an envelope in the new epoch / route
         for t in list(self.topics.values()):
             t.router_up(router_id, now)
 

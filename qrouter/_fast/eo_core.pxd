@@ -37,4 +37,5 @@ cdef class OutQueue:
 
 cdef class RouterOutbox:
     cdef object g
+    cdef dict open  # router id -> the message list of its envelope open this iteration
     cdef int c_send(self, router_id, message) except -1

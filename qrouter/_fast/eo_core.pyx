@@ -2075,23 +2075,39 @@ cdef class RouterOutbox:
     whose envelope of this loop iteration is already open goes into it (its channel, epoch and
     next hop unchanged); the first one of an iteration, or to a router that is down, goes to
     `g._out_to_router`, which opens the envelope (or drops the message). The engine applies
-    the to_router outputs through `c_send` (eo_links.pxi)."""
+    the to_router outputs through `c_send` (eo_links.pxi). The envelope found for a router is
+    remembered until `forget`, which the router calls when it sends the iteration's
+    envelopes and when a channel's route or epoch changes (a new envelope is due then)."""
 
     def __init__(self, g):
         self.g = g
+        self.open = {}
 
     def __call__(self, router_id, message):
         self.c_send(router_id, message)
 
+    def forget(self):
+        """The envelopes remembered are sent, or a channel changed (qrouter/guarantee.py)."""
+        self.open.clear()
+
     cdef int c_send(self, router_id, message) except -1:
+        group = self.open.get(router_id)
+        if group is not None:
+            (<list>group).append(message)
+            return 0
         g = self.g
         ch = (<dict?>g.channels).get(router_id)
-        if ch is not None:
-            link_id = ch.link_id
-            if link_id is not None:
-                group = (<dict?>g.groups).get((router_id, ch.epoch, link_id))
-                if group is not None:
-                    (<list?>group).append(message)
-                    return 0
-        g._out_to_router(router_id, message)
+        if ch is None or ch.link_id is None:
+            g._out_to_router(router_id, message)  # (down: dropped)
+            return 0
+        key = (router_id, ch.epoch, ch.link_id)
+        groups = <dict?>g.groups
+        group = groups.get(key)
+        if group is not None:
+            (<list?>group).append(message)
+        else:
+            g._out_to_router(router_id, message)
+            group = groups.get(key)
+        if group is not None:
+            self.open[router_id] = group
         return 0
