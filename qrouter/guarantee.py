@@ -62,6 +62,7 @@ from qrouter._fast.eo_core import (
     committed,
     receive_envelopes,
     receive_messages,
+    scan_memory,
     stage_writes,
 )
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
@@ -178,7 +179,10 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.timeout = core.config.guarantee_timeout
         # the terminus store (qrouter/termini_store.py), None for the memory store
         self.store: Any = getattr(core.persistence, "store", None)
-        self.memory: dict[bytes, bytes] = {}  # the records when there is no store
+        # the records when there is no store: each topic's by key under its prefix (the
+        # cores write them there, `commit_memory`), the rest (the topics' marks) by full key
+        self.memory: dict[bytes, bytes] = {}
+        self.topic_memory: dict[bytes, dict[bytes, bytes]] = {}
         # a failed commit (qrouter/store_health.py): writes and outputs held until the retry
         self.health: Any = getattr(core.persistence, "health", None)
         self.held = False
@@ -312,8 +316,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         if self.store is not None:
             yield from self.store.scan(prefix)
         else:
-            for key in sorted(k for k in self.memory if k.startswith(prefix)):
-                yield key, self.memory[key]
+            yield from scan_memory(prefix, self.memory, self.topic_memory)
 
     def stage(self, apply: Callable[..., None], args: tuple[Any, ...]) -> None:
         """An output to apply after the iteration's commit: `apply(*args)`."""
@@ -352,7 +355,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                         return
                     committed(self.writes)
                 else:
-                    commit_memory(self.writes, self.loose, self.memory)
+                    commit_memory(self.writes, self.loose, self.memory, self.topic_memory)
                 self.loose = {}
             self.apply_outputs(self.outputs)  # in order; one that fails is logged (the engine)
         if self.batches:

@@ -155,6 +155,7 @@ class EoCore:
     _mark: bytes
     _marked: bool
     _committing: bool
+    _mem: dict[bytes, bytes] | None
     def bind_router(self, g: Any, prefix: bytes, mark: bytes) -> None: ...
     def publisher_transfer(
         self, pub: tuple[str, str], tag: bytes, body: bytes, now: float
@@ -196,8 +197,14 @@ def collect_writes(
     cores: list[Any], loose: dict[bytes, Any]
 ) -> tuple[dict[bytes, bytes], set[bytes]]: ...
 def commit_memory(
-    cores: list[Any], loose: dict[bytes, Any], memory: dict[bytes, bytes]
+    cores: list[Any],
+    loose: dict[bytes, Any],
+    memory: dict[bytes, bytes],
+    topic_memory: dict[bytes, dict[bytes, bytes]],
 ) -> None: ...
+def scan_memory(
+    prefix: bytes, memory: dict[bytes, bytes], topic_memory: dict[bytes, dict[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]: ...
 def committed(cores: list[Any]) -> None: ...
 
 class OutQueue:

@@ -1153,6 +1153,7 @@ cdef class EoCore:
     cdef public bytes _mark  # the topic's mark key (put with any commit that puts)
     cdef public bint _marked  # the staged writes put something: the mark is due
     cdef public bint _committing  # in _commit_list
+    cdef public dict _mem  # no store: the topic's records in the router's memory, by key
     cdef object _unsafe
     # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
     cdef dict _sub_order
@@ -1174,6 +1175,8 @@ cdef class EoCore:
         self._commit_list = <list?>g.writes
         self._prefix = prefix
         self._mark = mark
+        if g.store is None:
+            self._mem = (<dict?>g.topic_memory).setdefault(prefix, {})
 
     @property
     def unsafe(self):
@@ -1985,27 +1988,57 @@ def collect_writes(list cores, dict loose):
     return puts, deletes
 
 
-def commit_memory(list cores, dict loose, dict memory):
-    """`collect_writes` applied to the records kept in memory (no store), then `committed`."""
+def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
+    """`collect_writes` applied to the records kept in memory (no store), then `committed`:
+    each topic's records in its own dict of `topic_memory` (its prefix -> key -> bytes), so no
+    key is made per record; the marks (and what `loose` holds for no topic) in `memory`."""
     cdef EoCore core
-    cdef bytes prefix
+    cdef dict mem
     if loose:
         puts, deletes = split_writes(loose)
         for key in deletes:
-            memory.pop(key, None)
-        memory.update(puts)
+            mem, sub = _memory_of(key, memory, topic_memory)
+            mem.pop(sub, None)
+        for key, value in puts.items():
+            mem, sub = _memory_of(key, memory, topic_memory)
+            mem[sub] = value
     for c in cores:
         core = <EoCore>c
-        prefix = core._prefix
+        mem = core._mem
+        if mem is None:  # (bound before the router had no store: not in this router)
+            mem = core._mem = topic_memory.setdefault(core._prefix, {})
         for key in core._dels:
-            memory.pop(prefix + key, None)
-        for key, value in core._puts.items():
-            memory[prefix + key] = value
+            mem.pop(key, None)
+        mem.update(core._puts)
         for key, rec in core._dirty.items():
-            memory[prefix + key] = (<OriginRecord>rec).encode_state()
+            mem[key] = (<OriginRecord>rec).encode_state()
         if core._marked:
             memory[core._mark] = b""
     committed(cores)
+
+
+cdef tuple _memory_of(bytes key, dict memory, dict topic_memory):
+    """(the dict a full key is kept in, its key there): its topic's, the longest prefix."""
+    cdef bytes best = None
+    for prefix in topic_memory:
+        if key.startswith(prefix) and (best is None or len(<bytes>prefix) > len(best)):
+            best = prefix
+    if best is None:
+        return memory, key
+    return topic_memory[best], key[len(best):]
+
+
+def scan_memory(bytes prefix, dict memory, dict topic_memory):
+    """What `commit_memory` keeps under `prefix`, as (full key, value) in key order."""
+    out = [(k, v) for k, v in memory.items() if k.startswith(prefix)]
+    for p, mem in topic_memory.items():
+        if p.startswith(prefix):
+            out.extend([(p + k, v) for k, v in (<dict>mem).items()])
+        elif prefix.startswith(p):
+            sub = prefix[len(<bytes>p):]
+            out.extend([(p + k, v) for k, v in (<dict>mem).items() if k.startswith(sub)])
+    out.sort()
+    return out
 
 
 def committed(list cores):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from qrouter._fast.eo_core import OutQueue
+from qrouter._fast.eo_core import OutQueue, scan_memory
 from qrouter.guarantee import Guarantees
 
 
@@ -87,3 +87,22 @@ def test_a_router_down_drops_what_is_sent_to_it() -> None:
     g.outbox("B", "lost")  # a broken channel loses what it carried
     g.flush()
     assert [e["ms"] for _, e in g.core.mesh.sent] == [["m1"]]
+
+
+def test_memory_scan_joins_the_topics_records_under_their_prefixes() -> None:
+    """No store: each topic's records are kept by key under its prefix (`commit_memory`);
+    a scan sees them as full keys, in key order, whatever prefix it asks for."""
+    memory = {b"eot/a": b"", b"eot/a/b": b""}
+    topics = {
+        b"eo/a/": {b"o/2": b"r2", b"m/2": b"b2", b"c/x": b""},
+        b"eo/a/b/": {b"o/1": b"r1"},
+    }
+    assert scan_memory(b"eot/", memory, topics) == [(b"eot/a", b""), (b"eot/a/b", b"")]
+    assert scan_memory(b"eo/a/o/", memory, topics) == [(b"eo/a/o/2", b"r2")]
+    assert scan_memory(b"eo/a/b/", memory, topics) == [(b"eo/a/b/o/1", b"r1")]
+    assert scan_memory(b"eo/a/", memory, topics) == [
+        (b"eo/a/b/o/1", b"r1"),
+        (b"eo/a/c/x", b""),
+        (b"eo/a/m/2", b"b2"),
+        (b"eo/a/o/2", b"r2"),
+    ]
