@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 
 from qrouter._fast.codec import Described, UByte, ULong, encode
 from qrouter._fast.engine import (
-    EoApplier,
     EoLinks,
     EoPub,
     EoSub,
@@ -56,10 +55,14 @@ from qrouter._fast.engine import (
     target_value,
 )
 from qrouter._fast.eo_core import (
+    OutQueue,
     RouterOutbox,
+    collect_writes,
+    commit_memory,
+    committed,
     receive_envelopes,
     receive_messages,
-    split_writes,
+    scan_memory,
     stage_writes,
 )
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
@@ -100,33 +103,30 @@ class _Channel:
 
 
 class _Port:
-    """A topic's `qrouter.eo.Port`: outputs are staged until the iteration's commit."""
+    """A topic's `qrouter.eo.Port`: outputs are staged until the iteration's commit. The
+    compiled core stages its outputs itself (`EoCore.bind_router`), without calling the
+    methods below but `resend` and `log`; the engine applies them (`EoLinks.apply_outputs`)."""
 
     def __init__(self, g: Guarantees, topic: str) -> None:
         self.g = g
         self.topic = topic
         self.resend_tags: list[bytes] = []
-        # what each staged output applies (`Guarantees.stage`); the compiled core stages
-        # them itself through this map (EoCore._stage), without calling the methods below;
-        # the EoAppliers run as C calls in the engine (`EoLinks.apply_outputs`)
-        self.appliers: dict[str, Callable[..., None]] = {
-            "to_router": g.outbox,  # (compiled: no Python frame per message)
-            "deliver": EoApplier(g, "deliver", topic),
-            "settle_subscriber": EoApplier(g, "settle_subscriber", topic),
-            "accept_publisher": EoApplier(g, "accept_publisher", topic),
-        }
+
+    def _stage(self, name: str, args: tuple[Any, ...]) -> None:
+        self.g.outputs.add(name, self.topic, args)
+        self.g.schedule()
 
     def to_router(self, router_id: str, message: dict[str, Any]) -> None:
-        self.g.stage(self.appliers["to_router"], (router_id, message))
+        self._stage("to_router", (router_id, message))
 
     def deliver(self, att: AttId, out_tag: bytes, body: bytes, resume: bool) -> None:
-        self.g.stage(self.appliers["deliver"], (att, out_tag, body, resume))
+        self._stage("deliver", (att, out_tag, body, resume))
 
     def settle_subscriber(self, att: AttId, out_tag: bytes) -> None:
-        self.g.stage(self.appliers["settle_subscriber"], (att, out_tag))
+        self._stage("settle_subscriber", (att, out_tag))
 
     def accept_publisher(self, pub: Pub, tag: bytes) -> None:
-        self.g.stage(self.appliers["accept_publisher"], (pub, tag))
+        self._stage("accept_publisher", (pub, tag))
 
     def resend(self, pub: Pub, tags: list[bytes]) -> None:
         self.resend_tags.extend(tags)  # read by attach_publisher for its reply
@@ -136,7 +136,9 @@ class _Port:
 
 
 class _TopicStore:
-    """A topic's `qrouter.eo.RecordStore`: commits are staged into the shared batch."""
+    """A topic's `qrouter.eo.RecordStore`: commits are staged into the shared batch (the
+    compiled core stages its own records in itself, `EoCore.bind_router`: these are for a
+    commit from Python)."""
 
     def __init__(self, g: Guarantees, topic: str) -> None:
         self.g = g
@@ -144,8 +146,8 @@ class _TopicStore:
         self.mark = TOPIC_MARK + topic.encode()
 
     def commit(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
-        if stage_writes(self.g.writes, self.prefix, puts, None, deletes):
-            self.g.writes[self.mark] = b""
+        if stage_writes(self.g.loose, self.prefix, puts, None, deletes):
+            self.g.loose[self.mark] = b""
         self.g.schedule()
 
     def commit_records(
@@ -157,8 +159,8 @@ class _TopicStore:
         """`commit`, with origin records staged as they are: `Guarantees.flush` encodes each
         once per loop iteration, in the state the iteration left it in (the same bytes the
         last of its per-input commits would have written)."""
-        if stage_writes(self.g.writes, self.prefix, puts, records, deletes):
-            self.g.writes[self.mark] = b""
+        if stage_writes(self.g.loose, self.prefix, puts, records, deletes):
+            self.g.loose[self.mark] = b""
         self.g.schedule()
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -177,7 +179,10 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.timeout = core.config.guarantee_timeout
         # the terminus store (qrouter/termini_store.py), None for the memory store
         self.store: Any = getattr(core.persistence, "store", None)
-        self.memory: dict[bytes, bytes] = {}  # the records when there is no store
+        # the records when there is no store: each topic's by key under its prefix (the
+        # cores write them there, `commit_memory`), the rest (the topics' marks) by full key
+        self.memory: dict[bytes, bytes] = {}
+        self.topic_memory: dict[bytes, dict[bytes, bytes]] = {}
         # a failed commit (qrouter/store_health.py): writes and outputs held until the retry
         self.health: Any = getattr(core.persistence, "health", None)
         self.held = False
@@ -188,9 +193,12 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.by_link: dict[Link, EoPub | EoSub] = {}
         self.window = PUBLISHER_WINDOW
         self.channels: dict[str, _Channel] = {}  # router id -> the channel to it
-        # bytes, None (delete) or an origin record to encode at the commit
-        self.writes: dict[bytes, bytes | OriginRecord | None] = {}
-        self.outputs: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # (apply, args)
+        # the topic cores with records staged for the commit (`collect_writes`); the list
+        # stays the same object (each core holds it)
+        self.writes: list[TopicRouter] = []
+        # writes staged from Python (_TopicStore): bytes, None (delete) or an origin record
+        self.loose: dict[bytes, bytes | OriginRecord | None] = {}
+        self.outputs = OutQueue()  # staged outputs, in order (EoLinks.apply_outputs)
         self.batches: dict[int, list[dict[str, Any]]] = {}  # next hop -> envelopes to send
         # this iteration's envelope per (router, epoch, next hop): our messages to a router
         # share one envelope, one sequence number ("ms", in order)
@@ -275,8 +283,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             first_att=self.next_att,  # attachment ids stay unique if it was dropped before
         )
         # the core stages its commits and outputs itself (as _TopicStore and _Port would)
-        t._stage = (self, port.appliers)
-        t._commit_to = (self, store.prefix, store.mark)
+        t.bind_router(self, store.prefix, store.mark)
         self.topics[name] = t
         self.ports[name] = port
         now = self.now()
@@ -309,12 +316,11 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         if self.store is not None:
             yield from self.store.scan(prefix)
         else:
-            for key in sorted(k for k in self.memory if k.startswith(prefix)):
-                yield key, self.memory[key]
+            yield from scan_memory(prefix, self.memory, self.topic_memory)
 
     def stage(self, apply: Callable[..., None], args: tuple[Any, ...]) -> None:
         """An output to apply after the iteration's commit: `apply(*args)`."""
-        self.outputs.append((apply, args))
+        self.outputs.call(apply, args)
         if not self.scheduled:
             self.schedule()
 
@@ -331,11 +337,12 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.scheduled = False
         if self.held:
             return
-        while self.writes or self.outputs:
-            if self.writes:
-                # each origin record encoded once, in the state the iteration left it in
-                puts, deletes = split_writes(self.writes)
+        while self.writes or self.loose or self.outputs:
+            if self.writes or self.loose:
+                # the records the cores staged, each origin record encoded once, in the state
+                # the iteration left it in
                 if self.store is not None:
+                    puts, deletes = collect_writes(self.writes, self.loose)
                     try:
                         check_injected()
                         self.store.commit_writes(puts, deletes)
@@ -346,17 +353,16 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                         else:
                             log.error("guaranteed topics: store commit failed: %s", exc)
                         return
+                    committed(self.writes)
                 else:
-                    for key in deletes:
-                        self.memory.pop(key, None)
-                    self.memory.update(puts)
-                self.writes = {}
-            outputs, self.outputs = self.outputs, []
-            self.apply_outputs(outputs)  # in order; one that fails is logged (the engine)
+                    commit_memory(self.writes, self.loose, self.memory, self.topic_memory)
+                self.loose = {}
+            self.apply_outputs(self.outputs)  # in order; one that fails is logged (the engine)
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order
             batches, self.batches = self.batches, {}
             self.groups.clear()
+            self.outbox.forget()
             if self.core.mesh is not None:
                 for link_id, envelopes in batches.items():
                     self.core.mesh.send_eo(link_id, envelopes)
@@ -460,11 +466,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         t.publisher_attached(pub, list(peer_map.items()), self.now(), resumable=resumable)
         resend = set(port.resend_tags)
         # accept_publisher outputs of this attach are staged: read them for the reply map
-        accepted = {
-            args[1]
-            for apply, args in self.outputs
-            if getattr(apply, "name", None) == "accept_publisher" and args[0] == pub
-        }
+        accepted = self.outputs.accepting(pub)
         ours = {
             tag: (ACCEPTED_STATE if tag in accepted else None)
             for tag in peer_map
@@ -581,6 +583,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             if ch is not None and ch.up:
                 log.info("guaranteed topics: channel to %r down (no route)", router_id)
                 ch.link_id = None
+                self.outbox.forget()
                 for t in list(self.topics.values()):
                     t.router_down(router_id, now)
             return
@@ -602,6 +605,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
     def _open(self, router_id: str, ch: _Channel, link_id: int, now: float) -> None:
         ch.link_id = link_id
         ch.out_n = ch.in_n = 0
+        self.outbox.forget()  # its next message opens an envelope in the new epoch / route
         for t in list(self.topics.values()):
             t.router_up(router_id, now)
 

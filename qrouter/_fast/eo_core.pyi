@@ -1,7 +1,7 @@
 """Types of qrouter/_fast/eo_core.pyx (the per-message half of the exactly-once protocol)."""
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import IntEnum
 from typing import Any
 
@@ -149,9 +149,15 @@ class EoCore:
     _puts: dict[bytes, bytes]
     _dels: set[bytes]
     _dirty: dict[bytes, OriginRecord]
-    _sends: list[tuple[str, tuple[Any, ...]]]
-    _stage: tuple[Any, dict[str, Any]] | None
-    _commit_to: tuple[Any, bytes, bytes] | None
+    _out: OutQueue
+    _stage: Any | None
+    _commit_to: Any | None
+    _prefix: bytes
+    _mark: bytes
+    _marked: bool
+    _committing: bool
+    _mem: dict[bytes, bytes] | None
+    def bind_router(self, g: Any, prefix: bytes, mark: bytes) -> None: ...
     def publisher_transfer(
         self, pub: tuple[str, str], tag: bytes, body: bytes, now: float
     ) -> None: ...
@@ -188,9 +194,31 @@ def stage_writes(
     deletes: Iterable[bytes],
 ) -> bool: ...
 def split_writes(writes: dict[bytes, Any]) -> tuple[dict[bytes, bytes], set[bytes]]: ...
+def collect_writes(
+    cores: list[Any], loose: dict[bytes, Any]
+) -> tuple[dict[bytes, bytes], set[bytes]]: ...
+def commit_memory(
+    cores: list[Any],
+    loose: dict[bytes, Any],
+    memory: dict[bytes, bytes],
+    topic_memory: dict[bytes, dict[bytes, bytes]],
+) -> None: ...
+def scan_memory(
+    prefix: bytes, memory: dict[bytes, bytes], topic_memory: dict[bytes, dict[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]: ...
+def committed(cores: list[Any]) -> None: ...
+
+class OutQueue:
+    def __len__(self) -> int: ...
+    def add(self, name: str, topic: str | None, args: tuple[Any, ...]) -> None: ...
+    def call(self, apply: Callable[..., None], args: tuple[Any, ...]) -> None: ...
+    def entries(self) -> list[tuple[str, str | None, tuple[Any, ...]]]: ...
+    def accepting(self, pub: tuple[str, str]) -> set[bytes]: ...
+
 def receive_envelopes(g: Any, envelopes: list[Any], now: float) -> None: ...
 def receive_messages(g: Any, src: str, messages: list[Any], now: float) -> None: ...
 
 class RouterOutbox:
     def __init__(self, g: Any) -> None: ...
     def __call__(self, router_id: str, message: Any) -> None: ...
+    def forget(self) -> None: ...

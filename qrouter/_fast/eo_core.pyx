@@ -23,7 +23,8 @@ import json
 from operator import itemgetter
 
 cimport cython
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.string cimport memcpy
 from enum import IntEnum
 
@@ -1028,6 +1029,135 @@ cdef bytes _outgoing_tag(tuple pub, tag):
 
 # -- the state machine's hot path ------------------------------------------------------------
 
+# -- the outputs, compiled (eo_core.pxd) ----------------------------------------------------
+
+# an output's port method, by kind (the port's interface, qrouter/eo/protocol.py's Port)
+cdef tuple _OUT_NAMES = ("deliver", "settle_subscriber", "accept_publisher", "to_router")
+cdef dict _OUT_KINDS = {name: i for i, name in enumerate(_OUT_NAMES)}
+
+
+cdef class OutQueue:
+    """A core's outputs of one input, or the router's of one loop iteration (the engine's
+    `EoLinks.outputs`), in order: each output a C struct with its references, so staging one
+    makes no tuple and moving an input's outputs to the router's is one memcpy."""
+
+    def __dealloc__(self):
+        self.clear()
+        PyMem_Free(self.items)
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        cdef Py_ssize_t cap = self.cap
+        cdef EoOut *items
+        if n <= cap:
+            return 0
+        cap = cap * 2 if cap else 16
+        if cap < n:
+            cap = n
+        items = <EoOut *>PyMem_Realloc(self.items, cap * sizeof(EoOut))
+        if items == NULL:
+            raise MemoryError()
+        self.items = items
+        self.cap = cap
+        return 0
+
+    cdef int push(self, int kind, topic, a, b, c, bint flag) except -1:
+        if self.n == self.cap:
+            self.reserve(self.n + 1)
+        cdef EoOut *o = &self.items[self.n]
+        o.kind = kind
+        o.flag = flag
+        Py_INCREF(topic)
+        Py_INCREF(a)
+        Py_INCREF(b)
+        Py_INCREF(c)
+        o.topic = <PyObject *>topic
+        o.a = <PyObject *>a
+        o.b = <PyObject *>b
+        o.c = <PyObject *>c
+        self.n += 1
+        if kind == OUT_PORT:
+            self.n_port += 1
+        return 0
+
+    cdef int move_to(self, OutQueue dst) except -1:
+        """Append every output to `dst` (their references go with them), leaving this empty."""
+        if not self.n:
+            return 0
+        dst.reserve(dst.n + self.n)
+        memcpy(&dst.items[dst.n], self.items, self.n * sizeof(EoOut))
+        dst.n += self.n
+        dst.n_port += self.n_port
+        self.n = self.n_port = 0
+        return 0
+
+    cdef void swap(self, OutQueue other):
+        self.items, other.items = other.items, self.items
+        self.n, other.n = other.n, self.n
+        self.cap, other.cap = other.cap, self.cap
+        self.n_port, other.n_port = other.n_port, self.n_port
+
+    cdef void clear(self):
+        cdef Py_ssize_t i, n = self.n
+        cdef EoOut *items = self.items
+        self.n = self.n_port = 0
+        for i in range(n):
+            Py_XDECREF(items[i].topic)
+            Py_XDECREF(items[i].a)
+            Py_XDECREF(items[i].b)
+            Py_XDECREF(items[i].c)
+
+    def __len__(self):
+        return self.n
+
+    def add(self, str name, topic, tuple args):
+        """Stage the port's output `name` (what `qrouter.eo.Port` calls it) from Python."""
+        kind = _OUT_KINDS.get(name)
+        if kind == OUT_DELIVER:
+            att, out_tag, body, resume = args
+            self.push(OUT_DELIVER, topic, att, out_tag, body, resume)
+        elif kind is not None:
+            a, b = args
+            self.push(kind, topic, a, b, None, False)
+        else:
+            raise ValueError(f"no staged output {name!r}")
+
+    def call(self, apply, tuple args):
+        """Stage `apply(*args)`, to run after the commit."""
+        self.push(OUT_CALL, None, apply, args, None, False)
+
+    def entries(self):
+        """[(name, topic, args)] in order (the port's names; "port" / "call" for the rest)."""
+        cdef Py_ssize_t i
+        cdef EoOut *o
+        out = []
+        for i in range(self.n):
+            o = &self.items[i]
+            out.append(_out_entry(o))
+        return out
+
+    def accepting(self, pub):
+        """The tags of the accept_publisher outputs to `pub` staged here."""
+        cdef Py_ssize_t i
+        cdef EoOut *o
+        out = set()
+        for i in range(self.n):
+            o = &self.items[i]
+            if o.kind == OUT_ACCEPT_PUBLISHER and <object>o.a == pub:
+                out.add(<object>o.b)
+        return out
+
+
+cdef tuple _out_entry(EoOut *o):
+    cdef int kind = o.kind
+    if kind == OUT_DELIVER:
+        return ("deliver", <object>o.topic, (<object>o.a, <object>o.b, <object>o.c, o.flag))
+    if kind < OUT_PORT:
+        return (_OUT_NAMES[kind], <object>o.topic, (<object>o.a, <object>o.b))
+    if kind == OUT_PORT:
+        return (<object>o.a, <object>o.topic, <object>o.b)
+    return ("call", <object>o.topic, (<object>o.a, <object>o.b))
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1056,13 +1186,21 @@ cdef class EoCore:
     cdef public dict _puts
     cdef public set _dels
     cdef public dict _dirty
-    cdef public list _sends
-    # the router's staging (qrouter/guarantee.py): (Guarantees, {output: its applier}); None:
-    # every output is a call of the port
+    cdef public OutQueue _out  # this input's outputs, in order (_c_flush hands them on)
+    # the router's staging (qrouter/guarantee.py, `bind_router`): its Guarantees; None: every
+    # output is a call of the port
     cdef public object _stage
-    # the router's group commit (qrouter/guarantee.py): (Guarantees, key prefix, topic mark);
-    # None: commits go to the store object
+    cdef OutQueue _staged  # the router's outputs (EoLinks.outputs), applied after its commit
+    # the router's group commit (`bind_router`): its Guarantees, whose commit walks the cores
+    # with records staged (`_commit_list`, Guarantees.writes; see `collect_writes`); None:
+    # commits go to the store object at the end of each input
     cdef public object _commit_to
+    cdef list _commit_list
+    cdef public bytes _prefix  # the topic's key prefix in the router's store
+    cdef public bytes _mark  # the topic's mark key (put with any commit that puts)
+    cdef public bint _marked  # the staged writes put something: the mark is due
+    cdef public bint _committing  # in _commit_list
+    cdef public dict _mem  # no store: the topic's records in the router's memory, by key
     cdef object _unsafe
     # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
     cdef dict _sub_order
@@ -1074,6 +1212,18 @@ cdef class EoCore:
     def __cinit__(self):
         self._sub_order = {}
         self._att_slots = _AttSlots()
+        self._out = OutQueue()
+
+    def bind_router(self, g, bytes prefix, bytes mark):
+        """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
+        records stay here until its commit walks `g.writes`; outputs go to `g.outputs`."""
+        self._stage = self._commit_to = g
+        self._staged = <OutQueue?>g.outputs
+        self._commit_list = <list?>g.writes
+        self._prefix = prefix
+        self._mark = mark
+        if g.store is None:
+            self._mem = (<dict?>g.topic_memory).setdefault(prefix, {})
 
     @property
     def unsafe(self):
@@ -1336,7 +1486,7 @@ cdef class EoCore:
                 st == L_QUEUED and out_tag in ls.attach_map
             ):
                 rec._st[i] = L_SETTLING if ls.resumable else L_SEEN
-                self._sends.append(("settle_subscriber", (att, out_tag)))
+                self._out.push(OUT_SETTLE_SUBSCRIBER, None, att, out_tag, None, False)
             elif st == L_QUEUED:
                 rec._st[i] = L_SEEN  # never sent: nothing to see
         # the subscribers of `targets` here that have seen it: usually one, sent as is
@@ -1606,7 +1756,7 @@ cdef class EoCore:
                 if rec._st[i] == S_PENDING and subs[i] not in closed:
                     return  # (closed here: only an ex-driver's hand-over puts one in)
         rec.accepted_sent = True
-        self._sends.append(("accept_publisher", (rec.publisher, rec.tag)))
+        self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, None, False)
 
     cdef _c_settle_origin(self, OriginRecord rec):
         rec.settled = True
@@ -1662,7 +1812,7 @@ cdef class EoCore:
             if rec is not None and rec.body is not None and st == L_QUEUED:
                 rec.c_set(ls.att, L_DELIVERED)
                 resume = out_tag in ls.attach_map
-                self._sends.append(("deliver", (ls.att, out_tag, rec.body, resume)))
+                self._out.push(OUT_DELIVER, None, ls.att, out_tag, rec.body, resume)
 
     cdef _c_check_local_accept(self, LocalRecord rec):
         """Accept upstream once every local subscriber of the delivery has accepted."""
@@ -1740,10 +1890,11 @@ cdef class EoCore:
         elif router in self._up:
             if type(msg) is tuple and router not in self._records_ok:
                 msg = _record_map(<tuple>msg)  # a router before the records
-            self._sends.append(("to_router", (router, msg)))
+            self._out.push(OUT_TO_ROUTER, None, router, msg, None, False)
 
     cdef _c_log(self, level, text):
-        self._sends.append(("log", (level, f"{self.router_id}/{self.topic}: {text}")))
+        self._out.push(OUT_PORT, None, "log", (level, f"{self.router_id}/{self.topic}: {text}"),
+                       None, False)
 
     cdef _c_flush(self):
         """End of an input: our own messages, then the commit, then every output in order."""
@@ -1752,46 +1903,89 @@ cdef class EoCore:
             self._c_handle(self.router_id, loopback.popleft())
         cdef dict puts, dirty
         cdef set dels
+        g = self._commit_to
         if self._puts or self._dels or self._dirty:
-            puts, dels, dirty = self._puts, self._dels, self._dirty
-            self._puts, self._dels, self._dirty = {}, set(), {}
-            if self._commit_to is not None:
-                # _TopicStore.commit_records, without its Python frame
-                g, prefix, mark = self._commit_to
-                writes = g.writes
-                if _stage_writes(writes, prefix, puts, dirty, dels):
-                    writes[mark] = b""
+            if g is not None:
+                # the router's group commit: the records stay here, staged, until it walks
+                # the cores that have some (collect_writes); the topic's mark is due if any
+                # input of the iteration put something (as the merged batch had it)
+                if self._puts or self._dirty:
+                    self._marked = True
+                if not self._committing:
+                    self._committing = True
+                    self._commit_list.append(self)
                 if not g.scheduled:
                     g.schedule()
             else:
+                puts, dels, dirty = self._puts, self._dels, self._dirty
+                self._puts, self._dels, self._dirty = {}, set(), {}
                 commit_records = getattr(self._store, "commit_records", None)
                 if commit_records is not None:
-                    # the store encodes the records when it commits its batch (the router's,
-                    # once per loop iteration however many inputs touched a record)
                     commit_records(puts, dirty, dels)
                 else:
                     for key, rec in dirty.items():
                         puts[key] = rec.encode_state()
                     self._store.commit(puts, dels)
-        cdef list sends = self._sends
-        self._sends = []
-        port = self._port
-        if self._stage is None:
-            for method, args in sends:
-                getattr(port, method)(*args)
+        cdef OutQueue out = self._out
+        if not out.n:
             return
-        # the router applies the outputs after its commit: each goes on its list as the port
-        # would put it there (Guarantees.stage), without a Python call per output
-        cdef dict appliers
-        g, appliers = self._stage
-        for method, args in sends:
-            apply = appliers.get(method)
-            if apply is None:
-                getattr(port, method)(*args)  # log, resend: at once, as the port does them
-            else:
-                (<list?>g.outputs).append((apply, args))
-                if not g.scheduled:
-                    g.schedule()
+        g = self._stage
+        if g is None:
+            self._c_call_port(out)
+            return
+        # the router applies the outputs after its commit (EoLinks.apply_outputs): they go
+        # to its queue as they are, in order; a port's own (log, resend) are called now
+        if out.n_port:
+            self._c_port_outputs(out)
+        else:
+            out.move_to(self._staged)
+        if not g.scheduled:
+            g.schedule()
+
+    cdef _c_port_outputs(self, OutQueue out):
+        cdef OutQueue batch = OutQueue()
+        cdef OutQueue staged = self._staged
+        cdef EoOut *o
+        cdef Py_ssize_t i
+        batch.swap(out)  # (a port's call could reach this core again)
+        port = self._port
+        try:
+            for i in range(batch.n):
+                o = &batch.items[i]
+                if o.kind == OUT_PORT:
+                    getattr(port, <object>o.a)(*<object>o.b)
+                else:
+                    staged.push(o.kind, <object>o.topic, <object>o.a, <object>o.b, <object>o.c,
+                                o.flag)
+        finally:
+            batch.clear()
+
+    cdef _c_call_port(self, OutQueue out):
+        """Every output a call of the port, in order (the simulation, tests/eo/sim.py)."""
+        cdef OutQueue batch = OutQueue()
+        cdef EoOut *o
+        cdef Py_ssize_t i
+        cdef int kind
+        batch.swap(out)  # (the port's call can reach this core again)
+        port = self._port
+        try:
+            for i in range(batch.n):
+                o = &batch.items[i]
+                kind = o.kind
+                if kind == OUT_DELIVER:
+                    port.deliver(<object>o.a, <object>o.b, <object>o.c, o.flag)
+                elif kind == OUT_SETTLE_SUBSCRIBER:
+                    port.settle_subscriber(<object>o.a, <object>o.b)
+                elif kind == OUT_ACCEPT_PUBLISHER:
+                    port.accept_publisher(<object>o.a, <object>o.b)
+                elif kind == OUT_TO_ROUTER:
+                    port.to_router(<object>o.a, <object>o.b)
+                elif kind == OUT_PORT:
+                    getattr(port, <object>o.a)(*<object>o.b)
+                else:
+                    (<object>o.a)(*<object>o.b)
+        finally:
+            batch.clear()
 
     # -- the same, for protocol.py ---------------------------------------------------------
 
@@ -1838,7 +2032,13 @@ cdef class EoCore:
         self._c_to_router(router, msg)
 
     def _emit(self, method, *args):
-        self._sends.append((method, args))
+        kind = _OUT_KINDS.get(method)
+        if kind is None:
+            self._out.push(OUT_PORT, None, method, args, None, False)
+        elif kind == OUT_ACCEPT_PUBLISHER:
+            self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, args[0], args[1], None, False)
+        else:
+            self._out.add(method, None, args)
 
     def _log(self, level, text):
         self._c_log(level, text)
@@ -1884,6 +2084,112 @@ def split_writes(dict writes):
         else:
             puts[key] = value.encode_state()
     return puts, deletes
+
+
+def collect_writes(list cores, dict loose):
+    """The router's group commit as (puts, deletes) for its store (disjoint key sets): the
+    writes staged from Python (`loose`, as `stage_writes` left them), then every core's
+    staged records under its prefix, each origin record encoded once, in the state the loop
+    iteration left it in, and the mark of a topic that put something. The same keys and
+    bytes as merging every input's commit into one batch would give."""
+    cdef dict puts
+    cdef set deletes
+    cdef EoCore core
+    cdef bytes prefix
+    cdef bint mixed = bool(loose)
+    if mixed:
+        puts, deletes = split_writes(loose)
+    else:
+        puts, deletes = {}, set()
+    for c in cores:
+        core = <EoCore>c
+        prefix = core._prefix
+        for key in core._dels:
+            full = prefix + key
+            deletes.add(full)
+            if mixed:
+                puts.pop(full, None)
+        for key, value in core._puts.items():
+            full = prefix + key
+            puts[full] = value
+            if mixed:
+                deletes.discard(full)
+        for key, rec in core._dirty.items():
+            full = prefix + key
+            puts[full] = (<OriginRecord>rec).encode_state()
+            if mixed:
+                deletes.discard(full)
+        if core._marked:
+            puts[core._mark] = b""
+            if mixed:
+                deletes.discard(core._mark)
+    return puts, deletes
+
+
+def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
+    """`collect_writes` applied to the records kept in memory (no store), then `committed`:
+    each topic's records in its own dict of `topic_memory` (its prefix -> key -> bytes), so no
+    key is made per record; the marks (and what `loose` holds for no topic) in `memory`."""
+    cdef EoCore core
+    cdef dict mem
+    if loose:
+        puts, deletes = split_writes(loose)
+        for key in deletes:
+            mem, sub = _memory_of(key, memory, topic_memory)
+            mem.pop(sub, None)
+        for key, value in puts.items():
+            mem, sub = _memory_of(key, memory, topic_memory)
+            mem[sub] = value
+    for c in cores:
+        core = <EoCore>c
+        mem = core._mem
+        if mem is None:  # (bound before the router had no store: not in this router)
+            mem = core._mem = topic_memory.setdefault(core._prefix, {})
+        for key in core._dels:
+            mem.pop(key, None)
+        mem.update(core._puts)
+        for key, rec in core._dirty.items():
+            mem[key] = (<OriginRecord>rec).encode_state()
+        if core._marked:
+            memory[core._mark] = b""
+    committed(cores)
+
+
+cdef tuple _memory_of(bytes key, dict memory, dict topic_memory):
+    """(the dict a full key is kept in, its key there): its topic's, the longest prefix."""
+    cdef bytes best = None
+    for prefix in topic_memory:
+        if key.startswith(prefix) and (best is None or len(<bytes>prefix) > len(best)):
+            best = prefix
+    if best is None:
+        return memory, key
+    return topic_memory[best], key[len(best):]
+
+
+def scan_memory(bytes prefix, dict memory, dict topic_memory):
+    """What `commit_memory` keeps under `prefix`, as (full key, value) in key order."""
+    out = [(k, v) for k, v in memory.items() if k.startswith(prefix)]
+    for p, mem in topic_memory.items():
+        if p.startswith(prefix):
+            out.extend([(p + k, v) for k, v in (<dict>mem).items()])
+        elif prefix.startswith(p):
+            sub = prefix[len(<bytes>p):]
+            out.extend([(p + k, v) for k, v in (<dict>mem).items() if k.startswith(sub)])
+    out.sort()
+    return out
+
+
+def committed(list cores):
+    """The cores' staged records are in the store: empty their staging, and `cores`."""
+    cdef EoCore core
+    for c in cores:
+        core = <EoCore>c
+        core._puts.clear()
+        core._dels.clear()
+        core._dirty.clear()
+        core._marked = False
+        core._committing = False
+    del cores[:]
 
 
 # -- the router's receive loop and outbox (qrouter/guarantee.py) -----------------------------
@@ -1939,21 +2245,40 @@ cdef class RouterOutbox:
     """`Guarantees._out_to_router`, compiled for its common case: a message to a router
     whose envelope of this loop iteration is already open goes into it (its channel, epoch and
     next hop unchanged); the first one of an iteration, or to a router that is down, goes to
-    `g._out_to_router`, which opens the envelope (or drops the message)."""
-
-    cdef object g
+    `g._out_to_router`, which opens the envelope (or drops the message). The engine applies
+    the to_router outputs through `c_send` (eo_links.pxi). The envelope found for a router is
+    remembered until `forget`, which the router calls when it sends the iteration's
+    envelopes and when a channel's route or epoch changes (a new envelope is due then)."""
 
     def __init__(self, g):
         self.g = g
+        self.open = {}
 
     def __call__(self, router_id, message):
+        self.c_send(router_id, message)
+
+    def forget(self):
+        """The envelopes remembered are sent, or a channel changed (qrouter/guarantee.py)."""
+        self.open.clear()
+
+    cdef int c_send(self, router_id, message) except -1:
+        group = self.open.get(router_id)
+        if group is not None:
+            (<list>group).append(message)
+            return 0
         g = self.g
         ch = (<dict?>g.channels).get(router_id)
-        if ch is not None:
-            link_id = ch.link_id
-            if link_id is not None:
-                group = (<dict?>g.groups).get((router_id, ch.epoch, link_id))
-                if group is not None:
-                    (<list?>group).append(message)
-                    return
-        g._out_to_router(router_id, message)
+        if ch is None or ch.link_id is None:
+            g._out_to_router(router_id, message)  # (down: dropped)
+            return 0
+        key = (router_id, ch.epoch, ch.link_id)
+        groups = <dict?>g.groups
+        group = groups.get(key)
+        if group is not None:
+            (<list?>group).append(message)
+        else:
+            g._out_to_router(router_id, message)
+            group = groups.get(key)
+        if group is not None:
+            self.open[router_id] = group
+        return 0

@@ -7,21 +7,26 @@
 # outcomes and settlements (connection.pxi) instead of calling the Python handler, and the
 # entry feeds the topic's compiled state machine (`qrouter._fast.eo_core.EoCore`) directly.
 # The outputs the state machine stages for after the loop iteration's commit (accept a
-# publisher's delivery, deliver to a subscriber, settle a subscriber's delivery) are
-# `EoApplier`s, which `EoLinks.apply_outputs` runs as C calls into the link and delivery API.
+# publisher's delivery, deliver to a subscriber, settle a subscriber's delivery, a message to
+# another router) are C structs in an `OutQueue` (eo_core.pxd), which `EoLinks.apply_outputs`
+# runs in order as C calls into the link and delivery API (and the router outbox).
 # `EoLinks` is the base of `qrouter.guarantee.Guarantees`, which keeps in Python what is not
 # per message: attaching and detaching, the group commit, channels, recovery, ticks.
 
 from collections import OrderedDict
 
+from qrouter._fast.eo_core cimport (
+    EoOut,
+    OUT_ACCEPT_PUBLISHER,
+    OUT_DELIVER,
+    OUT_PORT,
+    OUT_SETTLE_SUBSCRIBER,
+    OUT_TO_ROUTER,
+    OutQueue,
+    RouterOutbox,
+)
+
 _eo_log = logging.getLogger("qrouter.guarantee")
-
-cdef enum:
-    EO_ACCEPT_PUBLISHER = 0
-    EO_DELIVER = 1
-    EO_SETTLE_SUBSCRIBER = 2
-
-cdef tuple _EO_APPLIER_NAMES = ("accept_publisher", "deliver", "settle_subscriber")
 
 
 cdef class EoEntry:
@@ -102,7 +107,9 @@ cdef class EoPub(EoEntry):
             t.publisher_transfer(self.pub, tag, payload, now)
             if tag in self.accepted:
                 self.accepted.discard(tag)
-                g.c_stage(g.ports[self.topic].appliers["accept_publisher"], (self.pub, tag))
+                g.outputs.push(OUT_ACCEPT_PUBLISHER, self.topic, self.pub, tag, None, False)
+                if not g.scheduled:
+                    g.schedule()
         self.top_up()
         return 0
 
@@ -168,36 +175,14 @@ cdef class EoSub(EoEntry):
         return 0
 
 
-cdef class EoApplier:
-    """One kind of a topic's staged output (the port's `appliers`, qrouter/guarantee.py):
-    `EoLinks.apply_outputs` runs it as a C call; calling it does the same."""
-    cdef readonly EoLinks owner
-    cdef readonly int kind
-    cdef readonly str topic
-
-    def __init__(self, EoLinks owner, str name, str topic):
-        self.owner = owner
-        self.kind = _EO_APPLIER_NAMES.index(name)
-        self.topic = topic
-
-    @property
-    def name(self):
-        return _EO_APPLIER_NAMES[self.kind]
-
-    def __call__(self, *args):
-        self.owner.c_apply(self, args)
-
-    def __repr__(self):
-        return f"<{self.name} of {self.topic!r}>"
-
-
 cdef class EoLinks:
     """The per-message half of `qrouter.guarantee.Guarantees` (its base)."""
     cdef public dict topics  # topic -> TopicRouter (an EoCore)
     cdef public dict ports  # topic -> its port (qrouter/guarantee.py's _Port)
     cdef public dict pubs  # (topic, pub) -> EoPub
     cdef public dict subs  # AttId -> EoSub
-    cdef public list outputs  # (apply, args) to apply after the iteration's commit
+    cdef public OutQueue outputs  # to apply after the iteration's commit, in order
+    cdef public RouterOutbox outbox  # applies the to_router outputs (Guarantees sets it)
     cdef public AcceptedTags accepted_tags  # idempotent publishing (qrouter/eo/dedup.py)
     cdef public object loop
     cdef public bint journal  # the delivery journal is on (qrouter/server.py)
@@ -209,7 +194,7 @@ cdef class EoLinks:
         self.ports = {}
         self.pubs = {}
         self.subs = {}
-        self.outputs = []
+        self.outputs = OutQueue()
         self.window = 500
 
     def schedule(self):
@@ -225,35 +210,37 @@ cdef class EoLinks:
             return self.loop.time()
         return monotonic()
 
-    cdef int c_stage(self, apply, tuple args) except -1:
-        self.outputs.append((apply, args))
-        if not self.scheduled:
-            self.schedule()
-        return 0
-
-    def apply_outputs(self, list outputs):
-        """Apply staged outputs in order (after their records are committed); one that fails
-        is logged and does not stop the others."""
-        for apply, args in outputs:
-            try:
-                if type(apply) is EoApplier:
-                    self.c_apply(<EoApplier>apply, <tuple>args)
-                else:
-                    apply(*args)
-            except Exception:
-                _eo_log.exception("guaranteed topics: applying %r failed", apply)
-
-    cdef int c_apply(self, EoApplier a, tuple args) except -1:
-        if a.kind == EO_DELIVER:
-            att, out_tag, body, resume = args
-            self.c_deliver(att, out_tag, body, resume)
-        elif a.kind == EO_SETTLE_SUBSCRIBER:
-            att, out_tag = args
-            self.c_settle_subscriber(att, out_tag)
-        else:
-            pub, tag = args
-            self.c_accept_publisher(a.topic, pub, tag)
-        return 0
+    def apply_outputs(self, OutQueue outputs not None):
+        """Apply `outputs` in order (after their records are committed), leaving it empty;
+        one that fails is logged and does not stop the others. What they stage (their
+        records, more outputs) goes to `self.outputs` for the next commit."""
+        cdef OutQueue batch = OutQueue()
+        cdef EoOut *o
+        cdef Py_ssize_t i
+        cdef int kind
+        batch.swap(outputs)
+        try:
+            for i in range(batch.n):
+                o = &batch.items[i]  # (batch is ours alone: what they stage goes elsewhere)
+                kind = o.kind
+                try:
+                    if kind == OUT_DELIVER:
+                        self.c_deliver(<object>o.a, <bytes>o.b, <bytes>o.c, o.flag)
+                    elif kind == OUT_SETTLE_SUBSCRIBER:
+                        self.c_settle_subscriber(<object>o.a, <bytes>o.b)
+                    elif kind == OUT_ACCEPT_PUBLISHER:
+                        self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b)
+                    elif kind == OUT_TO_ROUTER:
+                        self.outbox.c_send(<object>o.a, <object>o.b)
+                    elif kind == OUT_PORT:
+                        getattr(self.ports[<object>o.topic], <object>o.a)(*<object>o.b)
+                    else:
+                        (<object>o.a)(*<object>o.b)
+                except Exception:
+                    _eo_log.exception("guaranteed topics: applying %r failed",
+                                      batch.entries()[i])
+        finally:
+            batch.clear()
 
     # -- the outputs ---------------------------------------------------------------------------
 

@@ -153,7 +153,6 @@ class TopicRouter(EoCore):
         self._puts: dict[bytes, bytes] = {}
         self._dels: set[bytes] = set()
         self._dirty: dict[bytes, OriginRecord] = {}  # o/<t> to write, encoded at the commit
-        self._sends: list[tuple[str, tuple[Any, ...]]] = []
         self._recover()
 
     # -- publisher link events ---------------------------------------------------------------

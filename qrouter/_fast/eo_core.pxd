@@ -1,0 +1,41 @@
+# The compiled outputs of a guaranteed topic's core (eo_core.pyx), shared with the engine,
+# which applies them (eo_links.pxi, `EoLinks.apply_outputs`).
+
+from cpython.ref cimport PyObject
+
+# an output's kind (`EoOut.kind`); what its fields hold
+cdef enum:
+    OUT_DELIVER = 0  # a = att, b = out tag, c = body, flag = resume
+    OUT_SETTLE_SUBSCRIBER = 1  # a = att, b = out tag
+    OUT_ACCEPT_PUBLISHER = 2  # topic, a = pub, b = tag
+    OUT_TO_ROUTER = 3  # a = router id, b = message
+    OUT_PORT = 4  # a port's method at the end of the input (log, resend): a = name, b = args
+    OUT_CALL = 5  # a(*b) after the commit (an output staged from Python)
+
+
+cdef struct EoOut:
+    int kind
+    bint flag
+    PyObject *topic  # each field holds a reference (None when unused)
+    PyObject *a
+    PyObject *b
+    PyObject *c
+
+
+cdef class OutQueue:
+    """Outputs in order, each a C struct holding its references (no tuple per output)."""
+    cdef EoOut *items
+    cdef Py_ssize_t n
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t n_port  # OUT_PORT items among them
+    cdef int reserve(self, Py_ssize_t n) except -1
+    cdef int push(self, int kind, topic, a, b, c, bint flag) except -1
+    cdef int move_to(self, OutQueue dst) except -1
+    cdef void swap(self, OutQueue other)
+    cdef void clear(self)
+
+
+cdef class RouterOutbox:
+    cdef object g
+    cdef dict open  # router id -> the message list of its envelope open this iteration
+    cdef int c_send(self, router_id, message) except -1
