@@ -34,7 +34,8 @@ from tests.engine.pump import (
 
 
 class Transport:
-    """The transport calls the engine makes, all C builtins (no Python frame of their own)."""
+    """What the protocol and the engine call; `write`, the only call of a message's read, is
+    a C builtin (a list's append), so it adds no Python frame of its own."""
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
