@@ -11,7 +11,7 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from qrouter import gc_tuning
-from qrouter._fast.engine import Connection
+from qrouter._fast.engine import Connection, ReadGate
 from qrouter.busy_poll import BusyPoll
 from qrouter.config import ConfigError, ConnectorConfig, ListenerConfig, RouterConfig
 from qrouter.core import Core
@@ -39,11 +39,15 @@ CONTROL_BUDGET = 32
 class AmqpProtocol(asyncio.Protocol):
     """Bytes in: `Connection.feed`. Bytes out: the engine writes to the transport once per
     loop iteration (`Router.flush`, scheduled with `loop.call_soon`), or at once after a
-    small read (FLUSH_NOW_BYTES)."""
+    small read (FLUSH_NOW_BYTES).
+
+    `data_received` is the bound method of a compiled `ReadGate` (read_path.pxi), set per
+    instance before the transport reads it: a read of transfers, flows and dispositions runs
+    no Python frame; `_after_read` runs when the read needs the control plane."""
 
     __slots__ = (
         "core", "listener", "conn", "timer", "tick_remote", "rate", "tokens", "filled", "host_rate",
-        "fd",
+        "fd", "gate", "data_received",
     )  # fmt: skip
 
     busy: BusyPoll | None = None  # busy_poll_us > 0: set by Server.start (busy_poll.py)
@@ -60,6 +64,9 @@ class AmqpProtocol(asyncio.Protocol):
         self.filled = 0.0
         self.host_rate: ControlBucket | None = None  # limits.max_control_rate_per_host
         self.fd = -1  # the socket's, polled by `busy` (busy_poll.py)
+        self.gate = ReadGate(self._after_read, FLUSH_NOW_BYTES)
+        self.gate.slow = self.busy is not None
+        self.data_received = self.gate.data_received  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -72,6 +79,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.conn = self.core.new_connection(self.listener)
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
+        self.gate.conn = self.conn
         limit_writes(transport, self.core.config)
         if self.busy is not None:
             self.fd = self.busy.add(transport)
@@ -84,7 +92,7 @@ class AmqpProtocol(asyncio.Protocol):
         assert self.conn is not None
         if self.timer is not None:
             self.timer.cancel()
-        self.tick_remote = self.conn.remote_idle_timeout_ms
+        self.tick_remote = self.gate.tick_remote = self.conn.remote_idle_timeout_ms
         remote = self.tick_remote / 1000.0
         interval = min(1.0, remote / 4) if remote else 1.0
         self.timer = asyncio.get_running_loop().call_later(max(interval, 0.01), self._tick)
@@ -94,21 +102,6 @@ class AmqpProtocol(asyncio.Protocol):
             return
         self.conn.tick()
         self._schedule_tick()
-
-    def data_received(self, data: bytes) -> None:
-        conn = self.conn
-        if conn is None:  # refused (conn_rate.py), its reading paused: bytes read before
-            return
-        # fed, and flushed at once after a small read (read_path.pxi); a read of transfers,
-        # flows and dispositions only, with the control-frame bucket not in debt, leaves the
-        # steps of _after_read nothing to do
-        if (
-            conn.received(data, FLUSH_NOW_BYTES)
-            or self.tokens < 0
-            or self.busy is not None
-            or conn.remote_idle_timeout_ms != self.tick_remote
-        ):
-            self._after_read()
 
     def _after_read(self) -> None:
         assert self.conn is not None
@@ -138,6 +131,8 @@ class AmqpProtocol(asyncio.Protocol):
         self.tokens -= used
         if self.tokens < 0 and used:
             self.core.limits.refused["control_rate"] += 1
+        # in debt: every read comes back here until the bucket has refilled
+        self.gate.slow = self.tokens < 0 or self.busy is not None
         return self.tokens < 0 or host
 
     def _yield(self) -> None:
@@ -185,6 +180,7 @@ class AmqpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        self.gate.after = None  # the protocol and its gate refer to each other: no more
         if self.busy is not None:
             self.busy.remove(self.fd)
             self.fd = -1
@@ -213,6 +209,7 @@ class ConnectorProtocol(AmqpProtocol):
         self.conn = self.core.new_connection(self.listener, self.connector)
         self.conn.transport = transport
         self.conn.control_budget = CONTROL_BUDGET
+        self.gate.conn = self.conn
         limit_writes(transport, self.core.config)
         if self.busy is not None:
             self.fd = self.busy.add(transport)

@@ -23,3 +23,31 @@ cdef bint read_received(Connection c, object data, Py_ssize_t flush_now) except 
         r.eager = False
         r.flush_now()
     return c.control_used > 0 or c.yielded
+
+
+cdef class ReadGate:
+    """The server Protocol's `data_received`, compiled (qrouter/server.py): the event loop
+    calls its bound `data_received` once per socket read, which feeds the read (and flushes
+    a small one: read_received) and calls the protocol's `after` (its `_after_read`) only
+    when that has work: the read held control frames or the engine yielded, the protocol
+    asked for every read (`slow`: the busy poll, a control-frame bucket in debt), or the
+    peer's OPEN changed its idle-time-out since the protocol last armed its timer (2.4.5).
+    So a read of transfers, flows and dispositions runs no Python frame."""
+    cdef public Connection conn        # None: refused, bytes read before the pause are dropped
+    cdef public object after           # callable(): the protocol's _after_read; None once gone
+    cdef public Py_ssize_t flush_now   # the server's FLUSH_NOW_BYTES
+    cdef public bint slow              # call `after` after every read
+    cdef public uint32_t tick_remote   # the idle-time-out the protocol's timer was armed for
+
+    def __init__(self, after, Py_ssize_t flush_now):
+        self.after = after
+        self.flush_now = flush_now
+
+    def data_received(self, data):
+        cdef Connection c = self.conn
+        if c is None:
+            return
+        if read_received(c, data, self.flush_now) or self.slow or \
+                c.remote_idle_timeout_ms != self.tick_remote:
+            if self.after is not None:
+                self.after()
