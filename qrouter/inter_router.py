@@ -32,12 +32,14 @@ from qrouter._fast.codec import Described, Symbol, UByte, UInt, ULong, decode, e
 from qrouter._fast.engine import (
     DISTRIBUTION_CODES,
     Connection,
+    EoControl,
     Link,
     eo_pack,
     eo_unpack,
     source_value,
     target_value,
 )
+from qrouter._fast.eo_core import receive_envelopes
 from qrouter.config import ConnectorConfig
 from qrouter.mesh import RoutingEngine
 from qrouter.reconnect import reconnect_forever
@@ -81,6 +83,8 @@ class Peer:
     xlinks: dict[str, Link] = field(default_factory=dict)  # address -> our sender link
     next_tag: int = 0
     early: list[Any] = field(default_factory=list)  # control messages before we were up
+    # ctl_in's guaranteed-topic batches, received in the engine once up (eo_control.pxi)
+    ctl_entry: EoControl | None = None
 
     @property
     def link_id(self) -> int:
@@ -307,7 +311,10 @@ class Mesh:
             )
             link.bind_endpoint()
             link.flow(CONTROL_CREDIT)
+            self._unbind_control(peer)  # a second control link: only the newest is read
             peer.ctl_in = link
+            if peer.up:
+                self._bind_control(peer)
             self._maybe_up(peer)
             return
         # The neighbour's per-address link: a producer of the address here (no registry,
@@ -334,6 +341,7 @@ class Mesh:
         if peer is None:
             return
         if link is peer.ctl_out or link is peer.ctl_in:
+            self._unbind_control(peer)
             if not conn.closed:
                 log.warning("[C%d] control link detached: closing the connection", conn.conn_id)
                 conn.close("amqp:internal-error", "inter-router control link detached")
@@ -432,6 +440,7 @@ class Mesh:
         if peer is None or self.peers.get(peer.link_id) is not peer:
             return
         del self.peers[peer.link_id]
+        self._unbind_control(peer)
         for address in peer.xlinks:
             self._count(address, -1)
             self._dirty.add(address)
@@ -450,7 +459,29 @@ class Mesh:
         for message in peer.early:
             self._dispatch(peer, message)
         peer.early.clear()
+        self._bind_control(peer)
         self._apply()
+
+    def _bind_control(self, peer: Peer) -> None:
+        """From now on the engine receives the guaranteed-topic batches on `peer`'s control
+        link itself (qrouter/_fast/eo_control.pxi: the common case of `on_message` with
+        `_dispatch`, `_from_behind` and `receive_batch`, with no Python frame); every other
+        control message still comes to `on_message`."""
+        assert peer.ctl_in is not None and peer.up
+        peer.ctl_entry = EoControl(
+            self.core.guarantees,
+            peer.ctl_in,
+            peer.link_id,
+            self,
+            receive_envelopes,
+            self.engine.behind_sets,
+        )
+        peer.ctl_entry.bind()
+
+    def _unbind_control(self, peer: Peer) -> None:
+        if peer.ctl_entry is not None:
+            peer.ctl_entry.unbind()
+            peer.ctl_entry = None
 
     # -- local consumers (qrouter/core.py calls touch on every attach / detach) -----------------
 
