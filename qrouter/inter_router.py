@@ -34,6 +34,7 @@ from qrouter._fast.engine import (
     Connection,
     EoControl,
     Link,
+    eo_message,
     eo_pack,
     eo_unpack,
     source_value,
@@ -425,15 +426,15 @@ class Mesh:
         """Guaranteed topics' envelopes to the neighbour at the other end of `link_id`, in
         the compact encoding of qrouter/_fast/eo_wire.pxi (field "b")."""
         try:
-            raw = eo_pack(envelopes)
+            payload = eo_message(envelopes)  # {"op": EO_OP, "b": eo_pack(envelopes)}, encoded
         except ValueError:
             # a relayed envelope from an older router ("m", AMQP) may hold what the compact
             # encoding has no type for (a float, a ulong past 2^63...): drop only those
             kept = [e for e in envelopes if _packable(e)]
             self.core.guarantees.dropped += len(envelopes) - len(kept)
             log.warning("[C%d] unencodable guaranteed-topic envelope(s) dropped", link_id)
-            raw = eo_pack(kept)
-        self.send(link_id, {"op": EO_OP, "b": raw})
+            payload = eo_message(kept)
+        self._send_payload(link_id, payload)
 
     def on_closed(self, conn: Connection) -> None:
         peer: Peer | None = conn.info if isinstance(conn.info, Peer) else None
@@ -513,11 +514,14 @@ class Mesh:
     # -- DataPlane (called by the routing engine) ----------------------------------------------
 
     def send(self, link_id: int, message: dict[str, Any]) -> None:
+        self._send_payload(link_id, encode(Described(AMQP_VALUE, message)))
+
+    def _send_payload(self, link_id: int, payload: bytes) -> None:
+        """A control message (an encoded amqp-value section) to the neighbour on `link_id`."""
         peer = self.peers.get(link_id)
         if peer is None or peer.ctl_out is None:
             return
         peer.next_tag = (peer.next_tag + 1) & 0xFFFFFFFF
-        payload = encode(Described(AMQP_VALUE, message))
         peer.ctl_out.send(peer.next_tag.to_bytes(4, "big"), payload, settled=True)
 
     def set_next_hop(self, router_id: str, link_id: int | None) -> None:

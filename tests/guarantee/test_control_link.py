@@ -318,3 +318,56 @@ def test_what_the_engine_takes_python_reads_the_same(a: Neighbour, data: st.Data
     assert isinstance(message, dict) and message.get("op") == EO_OP
     assert eo_envelopes(message) == taken
     assert all(core.mesh.engine.behind(a.peer.link_id, e["from"]) for e in taken)
+
+
+# -- what Mesh.send_eo writes ------------------------------------------------------------------
+
+wire_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(max_size=8)
+    | st.binary(max_size=300),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wire_values)
+def test_send_eo_writes_the_octets_of_the_map_it_sent_before(value: Any) -> None:
+    """Mixed versions: `eo_message` is octet for octet the AMQP encoding of the map a router
+    before it sent ({"op": "EO", "b": eo_pack(...)}), map8 and map32, vbin8 and vbin32."""
+    from qrouter._fast.engine import eo_message
+
+    assert eo_message(value) == encode(Described(AMQP_VALUE, {"op": EO_OP, "b": eo_pack(value)}))
+
+
+def test_send_eo_at_the_encodings_edges() -> None:
+    from qrouter._fast.engine import eo_message
+
+    for n in [*range(225, 262), 65536]:  # map8 up to 248 octets of pairs, vbin8 up to 255
+        value = b"x" * n
+        assert eo_message(value) == encode(
+            Described(AMQP_VALUE, {"op": EO_OP, "b": eo_pack(value)})
+        )
+    with pytest.raises(ValueError):
+        eo_message([1.5])
+
+
+def test_names_decode_to_the_same_str_and_any_names_round_trip() -> None:
+    """The decoder's cache of names (eo_wire.pxi `_eo_str`): a name seen again is the same str;
+    more distinct names than it has slots, names sharing a slot, long and non-ASCII names all
+    decode to what was encoded."""
+    from qrouter._fast.engine import eo_unpack
+
+    names = [f"router-{i}" for i in range(2000)] + ["é" * 40, "x" * 200, "", "ü"]
+    first = eo_unpack(eo_pack(names))
+    assert first == names
+    again = eo_unpack(eo_pack(names[-300:]))
+    assert again == names[-300:]
+    fwd = ("FWD", "events", b"t", ("c", "l"), b"tag", b"body", (("B", 1, 2),))
+    one, two = eo_unpack(eo_pack([fwd, fwd]))
+    assert one == two == fwd and one[1] is two[1] and one[3][0] is two[3][0]
