@@ -6,7 +6,8 @@ to the Cython engine:
 
 * one **control link** pair per inter-router connection (address ``_qr/control``; each router
   attaches a sender on its own session), presettled, carrying the engine's messages as AMQP
-  maps (an amqp-value section);
+  maps (an amqp-value section); once the peer is up, the guaranteed topics' batches on it
+  are received in the engine (`EoControl`, qrouter/_fast/eo_control.pxi), the rest here;
 * one **per-address link** (``qr.<address>``) per (address, neighbour) that is the next hop
   toward some router with consumers for the address. Here it is a consumer of the address; at
   the neighbour it is a producer of it, so credit is proxied hop by hop from the real
