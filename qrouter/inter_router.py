@@ -6,7 +6,8 @@ to the Cython engine:
 
 * one **control link** pair per inter-router connection (address ``_qr/control``; each router
   attaches a sender on its own session), presettled, carrying the engine's messages as AMQP
-  maps (an amqp-value section);
+  maps (an amqp-value section); once the peer is up, the guaranteed topics' batches on it
+  are received in the engine (`EoControl`, qrouter/_fast/eo_control.pxi), the rest here;
 * one **per-address link** (``qr.<address>``) per (address, neighbour) that is the next hop
   toward some router with consumers for the address. Here it is a consumer of the address; at
   the neighbour it is a producer of it, so credit is proxied hop by hop from the real
@@ -32,12 +33,15 @@ from qrouter._fast.codec import Described, Symbol, UByte, UInt, ULong, decode, e
 from qrouter._fast.engine import (
     DISTRIBUTION_CODES,
     Connection,
+    EoControl,
     Link,
+    eo_message,
     eo_pack,
     eo_unpack,
     source_value,
     target_value,
 )
+from qrouter._fast.eo_core import receive_envelopes
 from qrouter.config import ConnectorConfig
 from qrouter.mesh import RoutingEngine
 from qrouter.reconnect import reconnect_forever
@@ -81,6 +85,8 @@ class Peer:
     xlinks: dict[str, Link] = field(default_factory=dict)  # address -> our sender link
     next_tag: int = 0
     early: list[Any] = field(default_factory=list)  # control messages before we were up
+    # ctl_in's guaranteed-topic batches, received in the engine once up (eo_control.pxi)
+    ctl_entry: EoControl | None = None
 
     @property
     def link_id(self) -> int:
@@ -307,7 +313,10 @@ class Mesh:
             )
             link.bind_endpoint()
             link.flow(CONTROL_CREDIT)
+            self._unbind_control(peer)  # a second control link: only the newest is read
             peer.ctl_in = link
+            if peer.up:
+                self._bind_control(peer)
             self._maybe_up(peer)
             return
         # The neighbour's per-address link: a producer of the address here (no registry,
@@ -334,6 +343,7 @@ class Mesh:
         if peer is None:
             return
         if link is peer.ctl_out or link is peer.ctl_in:
+            self._unbind_control(peer)
             if not conn.closed:
                 log.warning("[C%d] control link detached: closing the connection", conn.conn_id)
                 conn.close("amqp:internal-error", "inter-router control link detached")
@@ -417,21 +427,22 @@ class Mesh:
         """Guaranteed topics' envelopes to the neighbour at the other end of `link_id`, in
         the compact encoding of qrouter/_fast/eo_wire.pxi (field "b")."""
         try:
-            raw = eo_pack(envelopes)
+            payload = eo_message(envelopes)  # {"op": EO_OP, "b": eo_pack(envelopes)}, encoded
         except ValueError:
             # a relayed envelope from an older router ("m", AMQP) may hold what the compact
             # encoding has no type for (a float, a ulong past 2^63...): drop only those
             kept = [e for e in envelopes if _packable(e)]
             self.core.guarantees.dropped += len(envelopes) - len(kept)
             log.warning("[C%d] unencodable guaranteed-topic envelope(s) dropped", link_id)
-            raw = eo_pack(kept)
-        self.send(link_id, {"op": EO_OP, "b": raw})
+            payload = eo_message(kept)
+        self._send_payload(link_id, payload)
 
     def on_closed(self, conn: Connection) -> None:
         peer: Peer | None = conn.info if isinstance(conn.info, Peer) else None
         if peer is None or self.peers.get(peer.link_id) is not peer:
             return
         del self.peers[peer.link_id]
+        self._unbind_control(peer)
         for address in peer.xlinks:
             self._count(address, -1)
             self._dirty.add(address)
@@ -450,7 +461,29 @@ class Mesh:
         for message in peer.early:
             self._dispatch(peer, message)
         peer.early.clear()
+        self._bind_control(peer)
         self._apply()
+
+    def _bind_control(self, peer: Peer) -> None:
+        """From now on the engine receives the guaranteed-topic batches on `peer`'s control
+        link itself (qrouter/_fast/eo_control.pxi: the common case of `on_message` with
+        `_dispatch`, `_from_behind` and `receive_batch`, with no Python frame); every other
+        control message still comes to `on_message`."""
+        assert peer.ctl_in is not None and peer.up
+        peer.ctl_entry = EoControl(
+            self.core.guarantees,
+            peer.ctl_in,
+            peer.link_id,
+            self,
+            receive_envelopes,
+            self.engine.behind_sets,
+        )
+        peer.ctl_entry.bind()
+
+    def _unbind_control(self, peer: Peer) -> None:
+        if peer.ctl_entry is not None:
+            peer.ctl_entry.unbind()
+            peer.ctl_entry = None
 
     # -- local consumers (qrouter/core.py calls touch on every attach / detach) -----------------
 
@@ -482,11 +515,14 @@ class Mesh:
     # -- DataPlane (called by the routing engine) ----------------------------------------------
 
     def send(self, link_id: int, message: dict[str, Any]) -> None:
+        self._send_payload(link_id, encode(Described(AMQP_VALUE, message)))
+
+    def _send_payload(self, link_id: int, payload: bytes) -> None:
+        """A control message (an encoded amqp-value section) to the neighbour on `link_id`."""
         peer = self.peers.get(link_id)
         if peer is None or peer.ctl_out is None:
             return
         peer.next_tag = (peer.next_tag + 1) & 0xFFFFFFFF
-        payload = encode(Described(AMQP_VALUE, message))
         peer.ctl_out.send(peer.next_tag.to_bytes(4, "big"), payload, settled=True)
 
     def set_next_hop(self, router_id: str, link_id: int | None) -> None:

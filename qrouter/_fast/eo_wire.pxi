@@ -254,16 +254,48 @@ cdef inline int _eor_need(EowReader* r, Py_ssize_t n) except -1:
     return 0
 
 
+# The strings of envelopes and records are names (router ids, topics, container and link
+# names) that repeat from one message to the next. Each one decoded is kept in a small
+# direct-mapped cache (FNV-1a of its octets -> slot), so a name seen before comes back as the
+# same str: no UTF-8 decode, no allocation, its hash already known and the dict lookups that
+# follow matched by identity. Bounded: EO_NAMES slots of at most EO_NAME_MAX octets each; a
+# peer that sends ever new names only replaces slots (and pays the decode, as without it).
+cdef enum:
+    EO_NAMES = 256          # a power of two
+    EO_NAME_MAX = 96
+cdef list _eo_names = [None] * EO_NAMES
+
+
+cdef object _eo_str(const uint8_t* q, uint32_t n):
+    """The str of the UTF-8 octets q[0:n] (DecodeError if they are not UTF-8)."""
+    cdef uint32_t h = 2166136261u, i, slot = 0
+    cdef Py_ssize_t m
+    cdef const char* c
+    if n <= EO_NAME_MAX:
+        for i in range(n):
+            h = (h ^ q[i]) * 16777619u
+        slot = h & (EO_NAMES - 1)
+        known = _eo_names[slot]
+        if known is not None:
+            c = PyUnicode_AsUTF8AndSize(known, &m)
+            if m == n and memcmp(c, q, n) == 0:
+                return known
+    try:
+        s = PyUnicode_DecodeUTF8(<const char*>q, n, NULL)
+    except UnicodeDecodeError:
+        raise DecodeError("eo: invalid UTF-8") from None
+    if n <= EO_NAME_MAX:
+        _eo_names[slot] = s
+    return s
+
+
 cdef object _eor_str_of(EowReader* r):
     cdef uint32_t n = _eow_read_u32(r)
     cdef const uint8_t* q
     _eor_need(r, n)
     q = r.p + r.pos
     r.pos += n
-    try:
-        return PyUnicode_DecodeUTF8(<const char*>q, n, NULL)
-    except UnicodeDecodeError:
-        raise DecodeError("eo: invalid UTF-8") from None
+    return _eo_str(q, n)
 
 
 cdef bytes _eor_bytes_of(EowReader* r):
@@ -385,10 +417,7 @@ cdef object _eow_unpack(EowReader* r, int depth):
         r.pos += n
         if kind == EOW_BYTES:
             return PyBytes_FromStringAndSize(<const char*>q, n)
-        try:
-            return PyUnicode_DecodeUTF8(<const char*>q, n, NULL)
-        except UnicodeDecodeError:
-            raise DecodeError("eo: invalid UTF-8") from None
+        return _eo_str(q, n)
     if kind == EOW_WORD:
         if r.pos >= r.end:
             raise DecodeError("eo: truncated")

@@ -240,6 +240,13 @@ class RoutingEngine:
             reach = self._behind[link_id] = frozenset(seen)
         return origin in reach
 
+    @property
+    def behind_sets(self) -> dict[int, frozenset[str]]:
+        """`behind`'s cache, link -> the routers behind it: one dict for the engine's life,
+        emptied when the routes are recomputed. A compiled reader (qrouter/_fast/
+        eo_control.pxi) looks its link up here and calls `behind` when it is missing."""
+        return self._behind
+
     def _from_its_origin(self, link_id: int, update: LinkStateUpdate) -> bool:
         """A neighbour's link state is taken only from its own connection, whose router id
         the owner authenticated (qrouter/inter_router.py checks HELLO against OPEN); relayed
