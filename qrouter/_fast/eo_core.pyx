@@ -23,6 +23,7 @@ import json
 from operator import itemgetter
 
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.string cimport memcpy
@@ -163,6 +164,12 @@ cdef class _Layout:
     cdef dict index  # sub -> position
     cdef bytes count  # the STATE_V2 subscriber count
     cdef tuple encoded  # ((position, encoded sub), ...) in sorted order: STATE_V2's
+    # STATE_V2's subscriber part with every state byte 0 (count, then each encoded sub and
+    # its state byte), and where each state byte goes in it (`_at`) taken from which
+    # position (`_pos`): `OriginRecord.encode_state` copies it and fills the state bytes
+    cdef bytes template
+    cdef Py_ssize_t *_at
+    cdef Py_ssize_t *_pos
 
     def __cinit__(self, tuple subs):
         self.subs = subs
@@ -171,6 +178,25 @@ cdef class _Layout:
             raise ValueError("duplicate subscriber")
         self.count = _u32(len(subs))
         self.encoded = tuple([(self.index[sub], _pair(sub)) for sub in sorted(subs)])
+        cdef Py_ssize_t n = len(subs), i = 0, at = 4
+        cdef list parts = [self.count]
+        self._at = <Py_ssize_t *>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+        self._pos = <Py_ssize_t *>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+        if self._at == NULL or self._pos == NULL:
+            raise MemoryError()
+        for pos, encoded in self.encoded:
+            parts.append(encoded)
+            parts.append(b"\x00")
+            at += len(<bytes>encoded)
+            self._at[i] = at
+            self._pos[i] = pos
+            at += 1
+            i += 1
+        self.template = b"".join(parts)
+
+    def __dealloc__(self):
+        PyMem_Free(self._at)
+        PyMem_Free(self._pos)
 
 
 cdef _Layout _layout_of(tuple subs):
@@ -524,16 +550,30 @@ cdef class OriginRecord:
     def encode_state(self):
         """The durable state (`STATE_V2`): written once per loop iteration by the router's
         group commit, so it is a flat binary record rather than JSON."""
+        # (one allocation: the layout's template copied, its state bytes filled in)
         cdef _Layout layout = self._layout
-        cdef list out = [
-            _V2_SETTLED if self.settled else _V2_OPEN, _pair(self.publisher), _lp(self.tag)
-        ]
-        cdef Py_ssize_t pos
-        out.append(layout.count)
-        for pos, encoded in layout.encoded:
-            out.append(encoded)
-            out.append(_STATE_BYTE[self._st[pos]])
-        return b"".join(out)
+        cdef bytes pub = _pair(self.publisher)
+        cdef bytes tag = self.tag
+        cdef bytes template = layout.template
+        cdef Py_ssize_t n_pub = len(pub), n_tag = len(tag), i
+        cdef Py_ssize_t base = 2 + n_pub + 4 + n_tag
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, base + len(template))
+        cdef unsigned char *b = <unsigned char *>PyBytes_AS_STRING(out)
+        b[0] = 2  # STATE_V2
+        b[1] = 1 if self.settled else 0
+        memcpy(b + 2, PyBytes_AS_STRING(pub), n_pub)
+        b[2 + n_pub] = (n_tag >> 24) & 255
+        b[3 + n_pub] = (n_tag >> 16) & 255
+        b[4 + n_pub] = (n_tag >> 8) & 255
+        b[5 + n_pub] = n_tag & 255
+        memcpy(b + 6 + n_pub, PyBytes_AS_STRING(tag), n_tag)
+        memcpy(b + base, PyBytes_AS_STRING(template), len(template))
+        b += base
+        for i in range(len(layout.subs)):
+            if self._st[layout._pos[i]] > S_SEEN:
+                raise IndexError("origin record state byte out of range")
+            b[layout._at[i]] = self._st[layout._pos[i]]
+        return out
 
     @classmethod
     def decode(cls, bytes out_tag, bytes state, body):
@@ -1185,7 +1225,15 @@ cdef class EoCore:
     cdef public object _loopback  # deque of our own messages
     cdef public dict _puts
     cdef public set _dels
+    # origin records staged by out_tag (no key made per save; the store keys are made at
+    # the commit, collect_writes/commit_memory): `_dirty` to put (b"o/" + out_tag, encoded
+    # at the commit), `_bodies` their bodies to put (b"m/" + out_tag), `_gone` the records
+    # deleted (both keys). `_puts`/`_dels` hold every other key (k/, c/), and a body's key
+    # when a record is deleted and saved again without it in one commit (`_m_dels`)
     cdef public dict _dirty
+    cdef dict _bodies
+    cdef dict _gone
+    cdef bint _m_dels
     cdef public OutQueue _out  # this input's outputs, in order (_c_flush hands them on)
     # the router's staging (qrouter/guarantee.py, `bind_router`): its Guarantees; None: every
     # output is a call of the port
@@ -1213,6 +1261,8 @@ cdef class EoCore:
         self._sub_order = {}
         self._att_slots = _AttSlots()
         self._out = OutQueue()
+        self._bodies = {}
+        self._gone = {}
 
     def bind_router(self, g, bytes prefix, bytes mark):
         """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
@@ -1855,26 +1905,31 @@ cdef class EoCore:
     # -- plumbing --------------------------------------------------------------------------
 
     cdef int _c_save_origin(self, OriginRecord rec, bint body) except -1:
-        cdef bytes key
-        cdef set dels
+        cdef bytes tag
+        cdef bint with_body
         if self.eo:
-            key = _origin_key(rec)
-            dels = self._dels
-            if dels:
-                dels.discard(key)
-            self._dirty[key] = rec  # encoded once, at the commit (see _flush)
-            if body and rec.body is not None:
-                self._c_put(b"m/" + rec.out_tag, rec.body)
+            tag = rec.out_tag
+            with_body = body and rec.body is not None
+            if self._gone and self._gone.pop(tag, None) is not None and not with_body:
+                # deleted and saved again in one commit, without its body: that stays deleted
+                self._dels.add(b"m/" + tag)
+                self._m_dels = True
+            self._dirty[tag] = rec  # encoded once, at the commit (see _flush)
+            if with_body:
+                if self._m_dels:
+                    self._dels.discard(b"m/" + tag)
+                self._bodies[tag] = rec.body
         return 0
 
     cdef _c_delete_origin(self, OriginRecord rec):
-        cdef bytes key
-        self._origins.pop(rec.out_tag, None)
+        cdef bytes tag = rec.out_tag
+        self._origins.pop(tag, None)
         if self.eo:
-            key = _origin_key(rec)
-            self._dirty.pop(key, None)
-            self._c_del(key)
-            self._c_del(b"m/" + rec.out_tag)
+            if self._dirty:
+                self._dirty.pop(tag, None)
+            if self._bodies:
+                self._bodies.pop(tag, None)
+            self._gone[tag] = rec  # (its o/ and m/ keys; _puts never holds them)
 
     cdef _c_put(self, key, value):
         self._dels.discard(key)
@@ -1901,15 +1956,15 @@ cdef class EoCore:
         loopback = self._loopback
         while loopback:
             self._c_handle(self.router_id, loopback.popleft())
-        cdef dict puts, dirty
+        cdef dict puts, dirty, bodies, gone
         cdef set dels
         g = self._commit_to
-        if self._puts or self._dels or self._dirty:
+        if self._puts or self._dels or self._dirty or self._gone:
             if g is not None:
                 # the router's group commit: the records stay here, staged, until it walks
                 # the cores that have some (collect_writes); the topic's mark is due if any
                 # input of the iteration put something (as the merged batch had it)
-                if self._puts or self._dirty:
+                if self._puts or self._dirty:  # (_bodies: of records in _dirty)
                     self._marked = True
                 if not self._committing:
                     self._committing = True
@@ -1918,7 +1973,15 @@ cdef class EoCore:
                     g.schedule()
             else:
                 puts, dels, dirty = self._puts, self._dels, self._dirty
+                bodies, gone = self._bodies, self._gone
                 self._puts, self._dels, self._dirty = {}, set(), {}
+                self._bodies, self._gone, self._m_dels = {}, {}, False
+                for tag, rec in gone.items():
+                    dels.add(_origin_key(<OriginRecord>rec))
+                    dels.add(b"m/" + tag)
+                for tag, body in bodies.items():
+                    puts[b"m/" + tag] = body
+                dirty = {_origin_key(<OriginRecord>rec): rec for rec in dirty.values()}
                 commit_records = getattr(self._store, "commit_records", None)
                 if commit_records is not None:
                     commit_records(puts, dirty, dels)
@@ -2095,7 +2158,7 @@ def collect_writes(list cores, dict loose):
     cdef dict puts
     cdef set deletes
     cdef EoCore core
-    cdef bytes prefix
+    cdef bytes prefix, okp, mkp
     cdef bint mixed = bool(loose)
     if mixed:
         puts, deletes = split_writes(loose)
@@ -2114,9 +2177,23 @@ def collect_writes(list cores, dict loose):
             puts[full] = value
             if mixed:
                 deletes.discard(full)
-        for key, rec in core._dirty.items():
-            full = prefix + key
+        # the origin records staged by out_tag: their keys made here, once per commit
+        okp = prefix + b"o/"
+        mkp = prefix + b"m/"
+        for tag in core._gone:
+            deletes.add(okp + tag)
+            deletes.add(mkp + tag)
+            if mixed:
+                puts.pop(okp + tag, None)
+                puts.pop(mkp + tag, None)
+        for tag, rec in core._dirty.items():
+            full = okp + tag
             puts[full] = (<OriginRecord>rec).encode_state()
+            if mixed:
+                deletes.discard(full)
+        for tag, body in core._bodies.items():
+            full = mkp + tag
+            puts[full] = body
             if mixed:
                 deletes.discard(full)
         if core._marked:
@@ -2145,11 +2222,16 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
         mem = core._mem
         if mem is None:  # (bound before the router had no store: not in this router)
             mem = core._mem = topic_memory.setdefault(core._prefix, {})
+        for tag, rec in core._gone.items():
+            mem.pop(_origin_key(<OriginRecord>rec), None)
+            mem.pop(b"m/" + tag, None)
         for key in core._dels:
             mem.pop(key, None)
         mem.update(core._puts)
-        for key, rec in core._dirty.items():
-            mem[key] = (<OriginRecord>rec).encode_state()
+        for rec in core._dirty.values():
+            mem[_origin_key(<OriginRecord>rec)] = (<OriginRecord>rec).encode_state()
+        for tag, body in core._bodies.items():
+            mem[b"m/" + tag] = body
         if core._marked:
             memory[core._mark] = b""
     committed(cores)
@@ -2187,6 +2269,11 @@ def committed(list cores):
         core._puts.clear()
         core._dels.clear()
         core._dirty.clear()
+        if core._bodies:
+            core._bodies.clear()
+        if core._gone:
+            core._gone.clear()
+        core._m_dels = False
         core._marked = False
         core._committing = False
     del cores[:]
