@@ -148,7 +148,7 @@ class EoCore:
     _loopback: deque[Any]
     _puts: dict[bytes, bytes]
     _dels: set[bytes]
-    _dirty: dict[bytes, OriginRecord]
+    _dirty: dict[bytes, OriginRecord]  # by out_tag: the keys are made at the commit
     _out: OutQueue
     _stage: Any | None
     _commit_to: Any | None
