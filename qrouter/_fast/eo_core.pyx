@@ -216,9 +216,6 @@ cdef enum:
 
 
 STATE_V2 = b"\x02"  # the origin record encoding (see qrouter/eo/records.py)
-cdef bytes _V2_OPEN = b"\x02\x00"
-cdef bytes _V2_SETTLED = b"\x02\x01"
-cdef tuple _STATE_BYTE = (b"\x00", b"\x01", b"\x02")
 cdef tuple _SUB_STATES = tuple(SubState)
 
 
