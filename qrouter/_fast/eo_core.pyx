@@ -1991,48 +1991,37 @@ cdef class EoCore:
             return
         g = self._stage
         if g is None:
-            self._c_call_port(out)
+            self._c_port_calls(out, None)
             return
         # the router applies the outputs after its commit (EoLinks.apply_outputs): they go
         # to its queue as they are, in order; a port's own (log, resend) are called now
         if out.n_port:
-            self._c_port_outputs(out)
+            self._c_port_calls(out, self._staged)
         else:
             out.move_to(self._staged)
         if not g.scheduled:
             g.schedule()
 
-    cdef _c_port_outputs(self, OutQueue out):
+    cdef _c_port_calls(self, OutQueue out, OutQueue staged):
+        """The outputs in order: with `staged` (a router), the port's own (log, resend) called
+        now and the others moved to `staged`; without (the simulation, tests/eo/sim.py),
+        every output a call of the port."""
         cdef OutQueue batch = OutQueue()
-        cdef OutQueue staged = self._staged
         cdef EoOut *o
         cdef Py_ssize_t i
+        cdef int kind
         batch.swap(out)  # (a port's call could reach this core again)
         port = self._port
         try:
             for i in range(batch.n):
                 o = &batch.items[i]
-                if o.kind == OUT_PORT:
-                    getattr(port, <object>o.a)(*<object>o.b)
-                else:
-                    staged.push(o.kind, <object>o.topic, <object>o.a, <object>o.b, <object>o.c,
-                                o.flag)
-        finally:
-            batch.clear()
-
-    cdef _c_call_port(self, OutQueue out):
-        """Every output a call of the port, in order (the simulation, tests/eo/sim.py)."""
-        cdef OutQueue batch = OutQueue()
-        cdef EoOut *o
-        cdef Py_ssize_t i
-        cdef int kind
-        batch.swap(out)  # (the port's call can reach this core again)
-        port = self._port
-        try:
-            for i in range(batch.n):
-                o = &batch.items[i]
                 kind = o.kind
-                if kind == OUT_DELIVER:
+                if kind == OUT_PORT:
+                    getattr(port, <object>o.a)(*<object>o.b)
+                elif staged is not None:
+                    staged.push(kind, <object>o.topic, <object>o.a, <object>o.b, <object>o.c,
+                                o.flag)
+                elif kind == OUT_DELIVER:
                     port.deliver(<object>o.a, <object>o.b, <object>o.c, o.flag)
                 elif kind == OUT_SETTLE_SUBSCRIBER:
                     port.settle_subscriber(<object>o.a, <object>o.b)
@@ -2040,8 +2029,6 @@ cdef class EoCore:
                     port.accept_publisher(<object>o.a, <object>o.b)
                 elif kind == OUT_TO_ROUTER:
                     port.to_router(<object>o.a, <object>o.b)
-                elif kind == OUT_PORT:
-                    getattr(port, <object>o.a)(*<object>o.b)
                 else:
                     (<object>o.a)(*<object>o.b)
         finally:

@@ -15,6 +15,7 @@ from qrouter.eo import EXACTLY_ONCE
 from qrouter.eo.messages import EO_VERSION, FIELDS, make
 from tests.engine.test_codec import values
 from tests.eo.test_protocol import Net
+from tests.eo.wire_values import wire_values as _wire_values
 
 # what a field may hold: any decoded value, or the right container of arbitrary values
 field_values = st.one_of(
@@ -38,17 +39,7 @@ def test_any_field_values_are_dropped_not_raised(op: str, data: st.DataObject) -
 
 
 # the compact encoding of envelopes between routers (qrouter/_fast/eo_wire.pxi)
-wire_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
-    | st.text(max_size=8)
-    | st.binary(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+wire_values = _wire_values(8)
 
 
 @settings(max_examples=300, deadline=None)

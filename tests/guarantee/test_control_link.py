@@ -46,6 +46,7 @@ from tests.engine.pump import (
     open_frame,
     transfer_frame,
 )
+from tests.eo.wire_values import wire_values as _wire_values
 
 TOPIC = "events"
 
@@ -322,17 +323,7 @@ def test_what_the_engine_takes_python_reads_the_same(a: Neighbour, data: st.Data
 
 # -- what Mesh.send_eo writes ------------------------------------------------------------------
 
-wire_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
-    | st.text(max_size=8)
-    | st.binary(max_size=300),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+wire_values = _wire_values(300)
 
 
 @settings(max_examples=300, deadline=None)
