@@ -39,3 +39,11 @@ cdef class RouterOutbox:
     cdef object g
     cdef dict open  # router id -> the message list of its envelope open this iteration
     cdef int c_send(self, router_id, message) except -1
+
+
+# a topic's core's per-message inputs (EoCore's methods of the same names), as C calls for the
+# engine's client links (eo_links.pxi); `core` is an EoCore (TypeError otherwise)
+cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1
+cdef int eo_publisher_settled(core, pub, tag, double now) except -1
+cdef int eo_subscriber_accepted(core, att, out_tag, double now) except -1
+cdef int eo_subscriber_settled(core, att, out_tag, double now) except -1

@@ -876,6 +876,11 @@ cdef LocalRecord _new_local(bytes out_tag):
     return rec
 
 
+cdef inline bytes _bytes(x):
+    """bytes(x), without the call when it is bytes already (a transfer's tag and payload)."""
+    return <bytes>x if type(x) is bytes else bytes(x)
+
+
 cdef OriginRecord _new_origin(bytes out_tag, tuple publisher, bytes tag, body,
                               _Layout layout):
     """OriginRecord(out_tag, publisher, tag, body, {sub: PENDING for sub in layout}), without
@@ -1285,6 +1290,9 @@ cdef class EoCore:
     # -- publisher link events -------------------------------------------------------------
 
     def publisher_transfer(self, pub, tag, body, double now):
+        self.c_publisher_transfer(pub, tag, body, now)
+
+    cdef c_publisher_transfer(self, pub, tag, body, double now):
         self._now = now
         cdef PubLink link = self._pubs.get(pub)
         cdef OriginRecord rec
@@ -1297,7 +1305,7 @@ cdef class EoCore:
         rec = self._origins.get(out_tag)
         if rec is None:
             # every subscriber of view.subscribers() PENDING
-            rec = _new_origin(out_tag, pub, bytes(tag), bytes(body), self._c_known_layout())
+            rec = _new_origin(out_tag, pub, _bytes(tag), _bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
             owed = link.owed.pop(tag, None)
             if owed:  # (empty: nothing to merge)
@@ -1318,6 +1326,9 @@ cdef class EoCore:
         self._c_flush()
 
     def publisher_settled(self, pub, tag, double now):
+        self.c_publisher_settled(pub, tag, now)
+
+    cdef c_publisher_settled(self, pub, tag, double now):
         self._now = now
         cdef PubLink link = self._pubs.get(pub)
         cdef bytes out_tag = (
@@ -1331,6 +1342,9 @@ cdef class EoCore:
     # -- subscriber link events ------------------------------------------------------------
 
     def subscriber_accepted(self, att, out_tag, double now):
+        self.c_subscriber_accepted(att, out_tag, now)
+
+    cdef c_subscriber_accepted(self, att, out_tag, double now):
         self._now = now
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef int st
@@ -1345,6 +1359,9 @@ cdef class EoCore:
 
     def subscriber_settled(self, att, out_tag, double now):
         """The subscriber settled `out_tag` after we did: it has seen the settlement."""
+        self.c_subscriber_settled(att, out_tag, now)
+
+    cdef c_subscriber_settled(self, att, out_tag, double now):
         self._now = now
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls = self._subs.get(att)
@@ -2261,6 +2278,32 @@ def committed(list cores):
         core._marked = False
         core._committing = False
     del cores[:]
+
+
+# -- the per-message inputs, for the engine (eo_links.pxi) ------------------------------------
+# The client links' transfers, outcomes and settlements reach a topic's core (a TopicRouter, an
+# EoCore) through these C calls rather than its Python methods of the same names: no attribute
+# lookup through the Python subclass, no argument tuple, no float boxed per input. Each is the
+# method of the same name (which the simulation and the tests call), nothing more.
+
+cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1:
+    (<EoCore?>core).c_publisher_transfer(pub, tag, body, now)
+    return 0
+
+
+cdef int eo_publisher_settled(core, pub, tag, double now) except -1:
+    (<EoCore?>core).c_publisher_settled(pub, tag, now)
+    return 0
+
+
+cdef int eo_subscriber_accepted(core, att, out_tag, double now) except -1:
+    (<EoCore?>core).c_subscriber_accepted(att, out_tag, now)
+    return 0
+
+
+cdef int eo_subscriber_settled(core, att, out_tag, double now) except -1:
+    (<EoCore?>core).c_subscriber_settled(att, out_tag, now)
+    return 0
 
 
 # -- the router's receive loop and outbox (qrouter/guarantee.py) -----------------------------

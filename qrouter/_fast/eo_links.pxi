@@ -24,6 +24,10 @@ from qrouter._fast.eo_core cimport (
     OUT_TO_ROUTER,
     OutQueue,
     RouterOutbox,
+    eo_publisher_settled,
+    eo_publisher_transfer,
+    eo_subscriber_accepted,
+    eo_subscriber_settled,
 )
 
 _eo_log = logging.getLogger("qrouter.guarantee")
@@ -91,7 +95,7 @@ cdef class EoPub(EoEntry):
         cdef double now = g.c_now()
         if d.presettled and d.resume and not payload:
             self.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
-            t.publisher_settled(self.pub, tag, now)  # it knows the outcome (2.6.13)
+            eo_publisher_settled(t, self.pub, tag, now)  # it knows the outcome (2.6.13)
         elif not d.presettled and g.accepted_tags.accepted(self.key, tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
             # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
@@ -104,7 +108,7 @@ cdef class EoPub(EoEntry):
                 self.presettled.add(tag)  # at most once from its side: settle when accepted
             else:
                 self.deliveries[tag] = d
-            t.publisher_transfer(self.pub, tag, payload, now)
+            eo_publisher_transfer(t, self.pub, tag, payload, now)
             if tag in self.accepted:
                 self.accepted.discard(tag)
                 g.outputs.push(OUT_ACCEPT_PUBLISHER, self.topic, self.pub, tag, None, False)
@@ -119,7 +123,7 @@ cdef class EoPub(EoEntry):
         tag = d.tag
         if self.deliveries.get(tag) is d:
             del self.deliveries[tag]
-        g.topics[self.topic].publisher_settled(self.pub, tag, g.c_now())
+        eo_publisher_settled(g.topics[self.topic], self.pub, tag, g.c_now())
         self.top_up()
         return 0
 
@@ -163,11 +167,11 @@ cdef class EoSub(EoEntry):
             if code != D_ACCEPTED:
                 _eo_log.info("subscriber %r answered %#x for %r: counted as done",
                              self.link.name, code, self.topic)
-            t.subscriber_accepted(self.att, tag, now)
+            eo_subscriber_accepted(t, self.att, tag, now)
         if settled:
             if tag in self.settling:
                 self.settling.discard(tag)
-                t.subscriber_settled(self.att, tag, now)
+                eo_subscriber_settled(t, self.att, tag, now)
             elif self.deliveries.get(tag) is d:
                 del self.deliveries[tag]
                 if t.eo:
@@ -188,6 +192,8 @@ cdef class EoLinks:
     cdef public bint journal  # the delivery journal is on (qrouter/server.py)
     cdef public bint scheduled  # a flush is due (Guarantees.schedule)
     cdef public int64_t window  # a publisher's unaccepted deliveries in flight per link
+    cdef object _clock_of  # the loop whose `time` `_clock` is (c_now: no lookup per input)
+    cdef object _clock
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -206,8 +212,12 @@ cdef class EoLinks:
         return None, None
 
     cdef double c_now(self) except? -1:
-        if self.loop is not None:
-            return self.loop.time()
+        loop = self.loop
+        if loop is not None:
+            if loop is not self._clock_of:
+                self._clock = loop.time
+                self._clock_of = loop
+            return self._clock()
         return monotonic()
 
     def apply_outputs(self, OutQueue outputs not None):
@@ -279,7 +289,7 @@ cdef class EoLinks:
             if s.resumable:
                 t = self.topics.get(s.topic)
                 if t is not None:
-                    t.subscriber_settled(att, out_tag, self.c_now())
+                    eo_subscriber_settled(t, att, out_tag, self.c_now())
             return 0
         if d is None:
             if not s.resumable:
@@ -302,7 +312,7 @@ cdef class EoLinks:
             p.presettled.discard(tag)
             t = self.topics.get(topic)
             if t is not None:
-                t.publisher_settled(pub, tag, self.c_now())
+                eo_publisher_settled(t, pub, tag, self.c_now())
             return 0
         cdef Delivery d = p.deliveries.get(tag)
         if d is None:
@@ -315,7 +325,7 @@ cdef class EoLinks:
             del p.deliveries[tag]
             t = self.topics.get(topic)
             if t is not None:
-                t.publisher_settled(pub, tag, now)
+                eo_publisher_settled(t, pub, tag, now)
             p.top_up()
         return 0
 
@@ -333,6 +343,9 @@ cdef class AcceptedTags:
     # accepted to. OrderedDicts: dropping the oldest is O(1) (a dict's first item is not,
     # once many were deleted before it)
     cdef object _links
+    # the link key added to last (so last in `_links`, if still there): a link that goes on
+    # publishing skips the move to the end
+    cdef object _last
 
     def __init__(self, double ttl, Py_ssize_t per_link=1000, Py_ssize_t total=100_000):
         self.ttl = ttl
@@ -341,14 +354,16 @@ cdef class AcceptedTags:
         self.size = 0
         self.evicted = 0
         self._links = OrderedDict()
+        self._last = None
 
     cpdef add(self, key, bytes tag, double now):
         links = self._links
         tags = links.get(key)
         if tags is None:
             tags = links[key] = OrderedDict()
-        else:
+        elif key is not self._last:
             links.move_to_end(key)
+        self._last = key
         if tag in tags:
             del tags[tag]
             self.size -= 1

@@ -73,3 +73,32 @@ def test_compiled_accepted_tags_matches_the_model() -> None:
                 model.expire(now)
                 real.expire(now)
             assert (len(real), real.evicted) == (model.size(), model.evicted), seed
+
+
+def test_a_link_that_goes_on_publishing_keeps_its_place_as_the_model() -> None:
+    """The engine passes each link's own key object (EoPub.key) every time, and the compiled
+    one skips moving a key that is already the last added: runs of one link between others,
+    expiries that drop the last link, and caps that evict must still match the model."""
+    for seed in range(200):
+        rnd = random.Random(seed)
+        per_link, total = rnd.randint(1, 8), rnd.randint(1, 20)
+        model, real = Model(5.0, per_link, total), AcceptedTags(5.0, per_link, total)
+        keys = [("topic", ("container", str(i))) for i in range(4)]  # one object per link
+        key = keys[0]
+        now = 0.0
+        for _ in range(300):
+            now += rnd.random()
+            if rnd.random() < 0.2:
+                key = rnd.choice(keys)  # otherwise the same link again
+            tag = bytes([rnd.randint(0, 9)])
+            op = rnd.random()
+            if op < 0.7:
+                model.add(key, tag, now)
+                real.add(key, tag, now)
+            elif op < 0.9:
+                probe = rnd.choice(keys)
+                assert real.accepted(probe, tag, now) == model.accepted(probe, tag, now), seed
+            else:
+                model.expire(now)
+                real.expire(now)
+            assert (len(real), real.evicted) == (model.size(), model.evicted), seed
