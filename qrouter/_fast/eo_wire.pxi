@@ -75,34 +75,57 @@ cdef int _eow_len(Writer w, Py_ssize_t n) except -1:
     return 0
 
 
+# A record's fields are written straight into the writer's buffer, room reserved once per
+# field (no call per octet group); octet for octet what put_u32/put_raw would write.
+cdef inline void _eor_u32_at(uint8_t* q, uint32_t v) noexcept:
+    q[0] = <uint8_t>(v >> 24)
+    q[1] = <uint8_t>(v >> 16)
+    q[2] = <uint8_t>(v >> 8)
+    q[3] = <uint8_t>v
+
+
+cdef inline int _eor_lp(Writer w, const char* p, Py_ssize_t n) except -1:
+    """u32 length n, then the n octets at p."""
+    if n > 0xFFFFFFFF:
+        raise ValueError("eo_pack: value too long")
+    if w.length + 4 + n > w.capacity:
+        w.grow(4 + n)
+    _eor_u32_at(w.data + w.length, <uint32_t>n)
+    memcpy(w.data + w.length + 4, p, n)
+    w.length += 4 + n
+    return 0
+
+
 cdef int _eor_str(Writer w, object v) except -1:
     cdef Py_ssize_t n
     cdef const char* p
     if type(v) is not str:
         raise ValueError("eo_pack: a record field is not a str")
     p = PyUnicode_AsUTF8AndSize(v, &n)
-    _eow_len(w, n)
-    w.put_raw(<const uint8_t*>p, n)
-    return 0
+    return _eor_lp(w, p, n)
 
 
 cdef int _eor_bytes(Writer w, object v) except -1:
     if type(v) is not bytes:
         raise ValueError("eo_pack: a record field is not bytes")
-    _eow_len(w, PyBytes_GET_SIZE(v))
-    w.put_raw(<const uint8_t*>PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))
-    return 0
+    return _eor_lp(w, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))
 
 
 cdef int _eor_int(Writer w, object v) except -1:
     cdef int64_t x
+    cdef uint64_t u
     if type(v) is not int:
         raise ValueError("eo_pack: a record field is not an int")
     try:
         x = v
     except OverflowError:
         raise ValueError("eo_pack: integer out of range") from None
-    w.put_u64(<uint64_t>x)
+    if w.length + 8 > w.capacity:
+        w.grow(8)
+    u = <uint64_t>x
+    _eor_u32_at(w.data + w.length, <uint32_t>(u >> 32))
+    _eor_u32_at(w.data + w.length + 4, <uint32_t>u)
+    w.length += 8
     return 0
 
 
@@ -142,10 +165,12 @@ cdef int _eor_pack(Writer w, tuple v, int code) except -1:
     cdef Py_ssize_t start
     if n != (7 if code == EOR_FWD else 4):
         raise ValueError("eo_pack: a record of the wrong length")
-    w.put_u8(EOW_REC)
-    start = w.length
-    w.put_u32(0)
-    w.put_u8(<uint8_t>code)
+    if w.length + 6 > w.capacity:
+        w.grow(6)
+    w.data[w.length] = EOW_REC
+    start = w.length + 1  # the length, patched below
+    w.data[w.length + 5] = <uint8_t>code
+    w.length += 6
     _eor_str(w, v[1])
     _eor_bytes(w, v[2])
     if code == EOR_FWD:
@@ -170,6 +195,10 @@ cdef int _eow_pack(Writer w, object v, int depth) except -1:
     cdef object word
     if depth > EO_MAX_DEPTH:
         raise ValueError("eo_pack: nested too deep")
+    if type(v) is tuple and len(<tuple>v) > 0 and type((<tuple>v)[0]) is str:
+        word = _EOR_CODE.get((<tuple>v)[0])  # a record, the most common value here
+        if word is not None:
+            return _eor_pack(w, <tuple>v, <int>word)
     if v is None:
         w.put_u8(EOW_NULL)
     elif v is True:
@@ -204,11 +233,7 @@ cdef int _eow_pack(Writer w, object v, int depth) except -1:
         _eow_len(w, len(<list>v))
         for item in <list>v:
             _eow_pack(w, item, depth + 1)
-    elif isinstance(v, tuple):
-        if type(v) is tuple and len(<tuple>v) > 0 and type((<tuple>v)[0]) is str:
-            word = _EOR_CODE.get((<tuple>v)[0])
-            if word is not None:
-                return _eor_pack(w, <tuple>v, <int>word)
+    elif isinstance(v, tuple):  # (a record went above)
         w.put_u8(EOW_LIST)
         _eow_len(w, len(<tuple>v))
         for item in <tuple>v:
@@ -343,6 +368,84 @@ cdef tuple _eor_subs_of(EowReader* r):
     return <tuple>out
 
 
+# A record's publisher pair and its targets (or subscribers) repeat too: the same octets
+# from one message to the next (one publisher link, the same attachments behind a router).
+# The tuple decoded from such a span is kept the same way as the names above (FNV-1a of the
+# octets and the kind of span -> slot; the octets compared before a hit), so a span seen
+# before costs a hash and a compare: no str looked up, no int or tuple made. Only a span
+# that decoded whole is kept, and the tuples hold only str and int: sharing them is safe.
+# Bounded like the names: EO_SPANS slots per kind of at most EO_SPAN_MAX octets each.
+cdef enum:
+    EO_SPANS = 64           # a power of two
+    EO_SPAN_MAX = 256
+    EOS_PUB = 0             # the kinds of span
+    EOS_ATTS = 1
+    EOS_SUBS = 2
+cdef list _eo_span_raw = [None] * (3 * EO_SPANS)   # slot -> the octets (bytes)
+cdef list _eo_span_val = [None] * (3 * EO_SPANS)   # slot -> the tuple decoded from them
+
+
+cdef Py_ssize_t _eo_span_slot(const uint8_t* q, Py_ssize_t n, int kind) noexcept:
+    cdef uint32_t h = 2166136261u
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ q[i]) * 16777619u
+    return kind * EO_SPANS + (h & (EO_SPANS - 1))
+
+
+cdef object _eo_span_known(Py_ssize_t slot, const uint8_t* q, Py_ssize_t n):
+    """The tuple kept in `slot` if it was decoded from the octets q[0:n], else None."""
+    raw = _eo_span_raw[slot]
+    if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(
+            PyBytes_AS_STRING(raw), q, n) == 0:
+        return _eo_span_val[slot]
+    return None
+
+
+cdef tuple _eor_pub_of(EowReader* r):
+    """A publisher (container, link): two length-prefixed strs."""
+    cdef Py_ssize_t start = r.pos, n, slot = -1
+    cdef uint32_t a, b
+    a = _eow_read_u32(r)
+    _eor_need(r, a)
+    r.pos += a
+    b = _eow_read_u32(r)
+    _eor_need(r, b)
+    n = r.pos + b - start
+    r.pos = start
+    if n <= EO_SPAN_MAX:
+        slot = _eo_span_slot(r.p + start, n, EOS_PUB)
+        known = _eo_span_known(slot, r.p + start, n)
+        if known is not None:
+            r.pos = start + n
+            return <tuple>known
+    pub = (_eor_str_of(r), _eor_str_of(r))
+    if slot >= 0:
+        _eo_span_raw[slot] = PyBytes_FromStringAndSize(<const char*>(r.p + start), n)
+        _eo_span_val[slot] = pub
+    return pub
+
+
+cdef tuple _eor_rest_of(EowReader* r, int kind):
+    """A record's last field, the rest of it: its targets (EOS_ATTS) or subscribers
+    (EOS_SUBS); the reader ends at the record's end, or DecodeError."""
+    cdef Py_ssize_t start = r.pos, n = r.end - r.pos, slot = -1
+    cdef tuple value
+    if n <= EO_SPAN_MAX:
+        slot = _eo_span_slot(r.p + start, n, kind)
+        known = _eo_span_known(slot, r.p + start, n)
+        if known is not None:
+            r.pos = r.end
+            return <tuple>known
+    value = _eor_atts_of(r) if kind == EOS_ATTS else _eor_subs_of(r)
+    if r.pos != r.end:
+        raise DecodeError("eo: trailing octets in a record")
+    if slot >= 0:
+        _eo_span_raw[slot] = PyBytes_FromStringAndSize(<const char*>(r.p + start), n)
+        _eo_span_val[slot] = value
+    return value
+
+
 cdef object _eor_unpack(EowReader* outer):
     """A record of `length` octets at outer's position (see the top): its tuple, or None if
     it does not parse; the outer reader moves past it either way."""
@@ -365,14 +468,14 @@ cdef object _eor_unpack(EowReader* outer):
         topic = _eor_str_of(&r)
         t = _eor_bytes_of(&r)
         if code == EOR_FWD:
-            pub = (_eor_str_of(&r), _eor_str_of(&r))
+            pub = _eor_pub_of(&r)
             tag = _eor_bytes_of(&r)
             body = _eor_bytes_of(&r)
-            value = (op, topic, t, pub, tag, body, _eor_atts_of(&r))
+            value = (op, topic, t, pub, tag, body, _eor_rest_of(&r, EOS_ATTS))
         elif code == EOR_SETTLE:
-            value = (op, topic, t, _eor_atts_of(&r))
+            value = (op, topic, t, _eor_rest_of(&r, EOS_ATTS))
         else:
-            value = (op, topic, t, _eor_subs_of(&r))
+            value = (op, topic, t, _eor_rest_of(&r, EOS_SUBS))
         if r.pos != r.end:
             return None
         return value

@@ -135,6 +135,86 @@ def test_records_round_trip_and_every_truncation_is_refused(
             eo_unpack(raw[:cut])
 
 
+def _record_octets(rec: tuple[Any, ...]) -> bytes:
+    """A record as the format at the top of qrouter/_fast/eo_wire.pxi writes it, built here
+    independently of the engine (what routers of main read and write)."""
+    import struct
+
+    def s(v: str) -> bytes:
+        raw = v.encode()
+        return struct.pack(">I", len(raw)) + raw
+
+    def b(v: bytes) -> bytes:
+        return struct.pack(">I", len(v)) + v
+
+    def att(a: tuple[str, int, int]) -> bytes:
+        return s(a[0]) + struct.pack(">qq", a[1], a[2])
+
+    def many(items: tuple[Any, ...], one: Any) -> bytes:
+        return struct.pack(">I", len(items)) + b"".join(one(i) for i in items)
+
+    op = rec[0]
+    code = {"FWD": 1, "ACCEPT": 2, "SETTLE": 3, "SEEN": 4}[op]
+    body = bytes([code]) + s(rec[1]) + b(rec[2])
+    if op == "FWD":
+        body += s(rec[3][0]) + s(rec[3][1]) + b(rec[4]) + b(rec[5]) + many(rec[6], att)
+    elif op == "SETTLE":
+        body += many(rec[3], att)
+    else:
+        body += many(rec[3], lambda sub: s(sub[0]) + s(sub[1]))
+    return b"\x09" + struct.pack(">I", len(body)) + body
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, max_size=4))
+def test_records_encode_octet_for_octet_as_documented(recs: list[Any]) -> None:
+    """The wire format of the records is fixed (routers of other versions read it): the
+    encoder writes exactly the documented octets, alone and inside a list."""
+    import struct
+
+    from qrouter._fast.engine import eo_pack
+
+    for rec in recs:
+        assert eo_pack(rec) == _record_octets(rec)
+    listed = b"\x06" + struct.pack(">I", len(recs)) + b"".join(map(_record_octets, recs))
+    assert eo_pack(recs) == listed
+
+
+def test_repeated_record_spans_decode_alike_and_kinds_stay_apart() -> None:
+    """The decoder keeps the tuples of publisher pairs and targets it decoded, by their
+    octets (eo_wire.pxi): the same octets give an equal (shared) tuple, different octets in
+    the same slot are not confused, and the same octets as targets (SETTLE) and as
+    subscribers (ACCEPT) decode as what each record says."""
+    import struct
+
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    fwd = ("FWD", "t", b"o" * 16, ("c", "l"), b"tag", b"body", (("B", 1, 2),))
+    first, again = eo_unpack(eo_pack(fwd)), eo_unpack(eo_pack(fwd))
+    assert first == again == fwd
+    assert first[3] is again[3] and first[6] is again[6]
+    for i in range(300):  # enough different spans to reuse every slot
+        other = ("FWD", "t", b"o", (f"c{i}", "l"), b"", b"", ((f"R{i}", i, -i),))
+        assert eo_unpack(eo_pack(other)) == other
+        assert eo_unpack(eo_pack(fwd)) == fwd
+    # after the count (1): str "" then str "abcdefghijkl" = str "" then two 8-octet ints
+    rest = struct.pack(">III", 1, 0, 12) + b"abcdefghijkl"
+
+    def record(code: int) -> bytes:
+        body = bytes([code]) + struct.pack(">I", 1) + b"x" + struct.pack(">I", 1) + b"t" + rest
+        return b"\x09" + struct.pack(">I", len(body)) + body
+
+    as_subs = ("ACCEPT", "x", b"t", (("", "abcdefghijkl"),))
+    as_atts = ("SETTLE", "x", b"t", (("",) + struct.unpack(">qq", b"\0\0\0\x0cabcdefghijkl"),))
+    for _ in range(2):
+        assert eo_unpack(record(2)) == as_subs
+        assert eo_unpack(record(3)) == as_atts
+    # a span that does not decode whole (an octet after the targets) is not kept
+    bad = b"\x09" + struct.pack(">I", len(record(3)) - 5 + 1) + record(3)[5:] + b"z"
+    assert eo_unpack(bad) is None
+    assert eo_unpack(bad) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(records, st.data())
 def test_a_mangled_record_decodes_as_none_or_a_well_typed_record(
