@@ -201,6 +201,7 @@ def split_writes(writes: dict[bytes, Any]) -> tuple[dict[bytes, bytes], set[byte
 def collect_writes(
     cores: list[Any], loose: dict[bytes, Any]
 ) -> tuple[dict[bytes, bytes], set[bytes]]: ...
+
 class TopicMemory(dict[bytes, bytes]):
     origins: dict[bytes, OriginRecord | bytes]
     bodies: dict[bytes, bytes]
