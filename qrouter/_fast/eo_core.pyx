@@ -2085,13 +2085,26 @@ cdef class EoCore:
         settled ones only (`_settled_locals`), not every record in flight."""
         cdef dict held = self._settled_locals
         cdef dict locals_ = self._locals
+        cdef dict barrier = self._barrier
+        cdef set lacking = self._lacking
+        cdef LocalRecord rec
+        cdef object below = None  # _c_barrier_passed(e) is e < below: made once per tick
         if not held:
             return
-        for tag, rec in list(held.items()):
-            if locals_.get(tag) is not rec or not (<LocalRecord>rec).settled:
+        for p in self._up:
+            if p not in lacking:
+                b = barrier.get(p, 0)
+                if below is None or b < below:
+                    below = b
+        for tag, r in list(held.items()):
+            rec = <LocalRecord>r
+            if locals_.get(tag) is not rec or not rec.settled:
                 del held[tag]  # (gone another way: not a record of `_locals` now)
-            else:
-                self._c_maybe_drop_local(<LocalRecord>rec)
+            elif self._drop_on_settle or (
+                rec.c_all_seen() and (below is None or rec.settled_epoch < below)
+            ):
+                del locals_[tag]  # (as _c_maybe_drop_local drops a settled record)
+                del held[tag]
 
     def _barrier_passed(self, long long epoch):
         return self._c_barrier_passed(epoch)

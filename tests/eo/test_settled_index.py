@@ -44,6 +44,12 @@ def test_settled_index_matches_a_scan_at_every_tick(
             for rec in list(after.values()):
                 tr._maybe_drop_local(rec)
             assert _settled_scan(tr) == after, f"seed {self.seed}: the tick left a droppable"
+            # and what went is what it would have dropped (the barrier moves only on PONGs)
+            for tag in before.keys() - after.keys():
+                rec = before[tag]
+                assert "drop-on-settle" in tr.unsafe or (
+                    rec.all_seen() and tr._barrier_passed(rec.settled_epoch)
+                ), f"seed {self.seed}: {name} dropped {tag!r} early"
             checked["dropped"] += len(before) - len(after)
 
     monkeypatch.setattr(simulation.Simulation, "_tick", checking_tick)
