@@ -2082,13 +2082,20 @@ cdef class EoCore:
 
     def _drop_settled_locals(self):
         """`_maybe_drop_local` of every settled record in `_locals` (the tick), walking the
-        settled ones only (`_settled_locals`), not every record in flight."""
+        settled ones only (`_settled_locals`), not every record in flight, and of those only
+        the ones that passed the barrier: they are held in the order they settled, so by
+        `settled_epoch` (the epoch only grows), and the first that has not passed it ends the
+        walk (none after it has)."""
         cdef dict held = self._settled_locals
         cdef dict locals_ = self._locals
         cdef dict barrier = self._barrier
         cdef set lacking = self._lacking
         cdef LocalRecord rec
         cdef object below = None  # _c_barrier_passed(e) is e < below: made once per tick
+        cdef long long lim = 0
+        cdef bint limited = False
+        cdef list drop = None
+        cdef list stale = None
         if not held:
             return
         for p in self._up:
@@ -2096,13 +2103,26 @@ cdef class EoCore:
                 b = barrier.get(p, 0)
                 if below is None or b < below:
                     below = b
-        for tag, r in list(held.items()):
+        if below is not None and not self._drop_on_settle and below < (1 << 62):
+            limited = True
+            lim = below if below > 0 else 0  # (an epoch is >= 0: below 1, none passed)
+        for tag, r in held.items():
             rec = <LocalRecord>r
             if locals_.get(tag) is not rec or not rec.settled:
-                del held[tag]  # (gone another way: not a record of `_locals` now)
-            elif self._drop_on_settle or (
-                rec.c_all_seen() and (below is None or rec.settled_epoch < below)
-            ):
+                if stale is None:
+                    stale = []
+                stale.append(tag)  # (gone another way: not a record of `_locals` now)
+            elif limited and rec.settled_epoch >= lim:
+                break
+            elif self._drop_on_settle or rec.c_all_seen():
+                if drop is None:
+                    drop = []
+                drop.append(tag)
+        if stale is not None:
+            for tag in stale:
+                del held[tag]
+        if drop is not None:
+            for tag in drop:
                 del locals_[tag]  # (as _c_maybe_drop_local drops a settled record)
                 del held[tag]
 
