@@ -1253,13 +1253,16 @@ cdef class EoCore:
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
-    # out tag -> the settled records of `_locals` (tombstones), in the order they settled:
-    # what the tick walks (`_drop_settled_locals`), not every local record
-    cdef readonly dict _settled_locals
+    # the settled records of `_locals` (tombstones) from `_settled_head` on, in the order they
+    # settled, so by epoch: what the tick walks (`_drop_settled_locals`), not every local
+    # record. A list of references (8 bytes a tombstone, not a dict's entry): a record
+    # dropped another way (`_c_maybe_drop_local`) stays until a walk reaches it
+    cdef list _settled_l
+    cdef Py_ssize_t _settled_head
 
     def __cinit__(self):
         self._sub_order = {}
-        self._settled_locals = {}
+        self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
         self._bodies = {}
@@ -1526,7 +1529,7 @@ cdef class EoCore:
             rec.settled = True
             rec.settled_epoch = self._epoch
             rec.body = None
-            self._settled_locals[out_tag] = rec
+            self._settled_l.append(rec)
         rec._settled_by = _routers_add(rec._settled_by, sender)
         cdef tuple keys = rec._keys.keys
         cdef Py_ssize_t i
@@ -1892,7 +1895,6 @@ cdef class EoCore:
                 rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
             ):
                 del self._locals[rec.out_tag]
-                self._settled_locals.pop(rec.out_tag, None)
         elif not rec._keys.keys:
             del self._locals[rec.out_tag]
 
@@ -2072,21 +2074,47 @@ cdef class EoCore:
     def _maybe_drop_local(self, LocalRecord rec):
         self._c_maybe_drop_local(rec)
 
+    def _settled_index(self):
+        """The records `_settled_l` holds from its head (tests: the live ones are exactly
+        the settled records of `_locals`, in epoch order)."""
+        return self._settled_l[self._settled_head:]
+
     def _any_settled_local(self):
-        """Any settled record in `_locals` (a tombstone waiting): the first of `_settled_locals`."""
+        """Any settled record in `_locals` (a tombstone waiting): the first live one held,
+        past those dropped another way (let go here)."""
+        cdef list held = self._settled_l
         cdef dict locals_ = self._locals
-        for tag, rec in self._settled_locals.items():
-            if locals_.get(tag) is rec:
-                return True
-        return False
+        cdef Py_ssize_t i = self._settled_head
+        cdef Py_ssize_t n = len(held)
+        cdef LocalRecord rec
+        while i < n:
+            rec = <LocalRecord>held[i]
+            if locals_.get(rec.out_tag) is rec:
+                break
+            held[i] = None
+            i += 1
+        self._c_settled_from(i)
+        return i < n
+
+    cdef _c_settled_from(self, Py_ssize_t head):
+        """`_settled_l`'s entries before `head` are done: the list compacted once they are
+        half of it (and more than a few)."""
+        cdef list held = self._settled_l
+        if head >= 1024 and 2 * head >= len(held):
+            del held[:head]
+            head = 0
+        elif head == len(held):
+            del held[:]
+            head = 0
+        self._settled_head = head
 
     def _drop_settled_locals(self):
         """`_maybe_drop_local` of every settled record in `_locals` (the tick), walking the
-        settled ones only (`_settled_locals`), not every record in flight, and of those only
-        the ones that passed the barrier: they are held in the order they settled, so by
+        settled ones only (`_settled_l`), not every record in flight, and of those only the
+        ones that passed the barrier: they are held in the order they settled, so by
         `settled_epoch` (the epoch only grows), and the first that has not passed it ends the
-        walk (none after it has)."""
-        cdef dict held = self._settled_locals
+        walk (none after it has). The ones it keeps (not seen by all) stay in order."""
+        cdef list held = self._settled_l
         cdef dict locals_ = self._locals
         cdef dict barrier = self._barrier
         cdef set lacking = self._lacking
@@ -2094,9 +2122,11 @@ cdef class EoCore:
         cdef object below = None  # _c_barrier_passed(e) is e < below: made once per tick
         cdef long long lim = 0
         cdef bint limited = False
-        cdef list drop = None
-        cdef list stale = None
-        if not held:
+        cdef list kept = None
+        cdef Py_ssize_t i = self._settled_head
+        cdef Py_ssize_t n = len(held)
+        cdef Py_ssize_t k
+        if i >= n:
             return
         for p in self._up:
             if p not in lacking:
@@ -2106,25 +2136,25 @@ cdef class EoCore:
         if below is not None and not self._drop_on_settle and below < (1 << 62):
             limited = True
             lim = below if below > 0 else 0  # (an epoch is >= 0: below 1, none passed)
-        for tag, r in held.items():
-            rec = <LocalRecord>r
-            if locals_.get(tag) is not rec or not rec.settled:
-                if stale is None:
-                    stale = []
-                stale.append(tag)  # (gone another way: not a record of `_locals` now)
+        while i < n:
+            rec = <LocalRecord>held[i]
+            if locals_.get(rec.out_tag) is not rec or not rec.settled:
+                pass  # (dropped another way: not a record of `_locals` now)
             elif limited and rec.settled_epoch >= lim:
                 break
             elif self._drop_on_settle or rec.c_all_seen():
-                if drop is None:
-                    drop = []
-                drop.append(tag)
-        if stale is not None:
-            for tag in stale:
-                del held[tag]
-        if drop is not None:
-            for tag in drop:
-                del locals_[tag]  # (as _c_maybe_drop_local drops a settled record)
-                del held[tag]
+                del locals_[rec.out_tag]  # (as _c_maybe_drop_local drops a settled record)
+            else:
+                if kept is None:
+                    kept = []
+                kept.append(rec)
+            held[i] = None
+            i += 1
+        if kept is not None:
+            k = len(kept)
+            held[i - k:i] = kept
+            i -= k
+        self._c_settled_from(i)
 
     def _barrier_passed(self, long long epoch):
         return self._c_barrier_passed(epoch)

@@ -1,7 +1,7 @@
-"""The settled local records the tick walks (`EoCore._settled_locals`, qrouter/_fast/eo_core.pyx):
+"""The settled local records the tick walks (`EoCore._settled_l`, qrouter/_fast/eo_core.pyx):
 at every tick of every router of many seeded schedules (tests/eo/sim.py, with crashes, broken
-channels and store failures), the index holds exactly the settled records of `_locals`, in
-epoch order, and the tick drops what a scan of every local record would have dropped."""
+channels and store failures), the index's live entries are exactly the settled records of
+`_locals`, in epoch order, and the tick drops what a scan of every local record would have dropped."""
 
 from __future__ import annotations
 
@@ -14,6 +14,21 @@ from tests.eo.sim import CI_PARAMS, STORE_PARAMS, Params, run
 
 def _settled_scan(tr: object) -> dict[bytes, object]:
     return {tag: r for tag, r in tr._locals.items() if r.settled}  # type: ignore[attr-defined]
+
+
+def _live_index(tr: object) -> list[object]:
+    """The index's entries that are records of `_locals` (the others: dropped another way,
+    let go when a walk reaches them)."""
+    return [r for r in tr._settled_index() if tr._locals.get(r.out_tag) is r]  # type: ignore[attr-defined]
+
+
+def _check_index(tr: object, scan: dict[bytes, object], where: str) -> None:
+    live = _live_index(tr)
+    assert len(live) == len(scan) and {r.out_tag: r for r in live} == scan, where  # type: ignore[attr-defined]
+    # held in the order they settled, so by epoch (the tick's walk stops at the first that
+    # has not passed the barrier)
+    epochs = [r.settled_epoch for r in live]  # type: ignore[attr-defined]
+    assert epochs == sorted(epochs), f"{where}: out of epoch order"
 
 
 @pytest.mark.parametrize(
@@ -36,19 +51,17 @@ def test_settled_index_matches_a_scan_at_every_tick(
         tr = self.routers[name].tr
         if tr is not None and self.routers[name].instance == instance:
             before = _settled_scan(tr)
-            assert tr._settled_locals == before, f"seed {self.seed}: {name} before its tick"
+            _check_index(tr, before, f"seed {self.seed}: {name} before its tick")
             assert tr._any_settled_local() == bool(before)
-            # held in the order they settled, so by epoch (the tick's walk stops at the first
-            # that has not passed the barrier)
-            epochs = [r.settled_epoch for r in tr._settled_locals.values()]
-            assert epochs == sorted(epochs), f"seed {self.seed}: {name} out of epoch order"
             checked["ticks"] += 1
             checked["settled"] += len(before)
         original(self, name, instance)
         tr = self.routers[name].tr
         if tr is not None and self.routers[name].instance == instance:
             after = _settled_scan(tr)
-            assert tr._settled_locals == after, f"seed {self.seed}: {name} after its tick"
+            _check_index(tr, after, f"seed {self.seed}: {name} after its tick")
+            # the walk let go of what it passed: what it holds is what it keeps
+            assert len(tr._settled_index()) <= len(after) + len(before), name
             # what stays is what a scan's _maybe_drop_local would have kept
             for rec in list(after.values()):
                 tr._maybe_drop_local(rec)
@@ -74,21 +87,22 @@ def test_settled_index_matches_a_scan_at_every_tick(
 def test_settled_index_forgets_a_record_dropped_another_way(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A settled record gone from `_locals` other than by `_maybe_drop_local` (the protocol
-    does not, a test or a debugger might) is neither reported nor walked: each entry is
-    checked against `_locals` as it is read, and forgotten by the next tick."""
+    """A settled record gone from `_locals` other than by the tick (`_maybe_drop_local` from
+    a settlement, or a test) is neither reported nor dropped again: each entry is checked
+    against `_locals` as it is read, and let go by the next walk."""
     original = simulation.Simulation._tick
     seen: list[str] = []
 
     def tick(self: simulation.Simulation, name: str, instance: int) -> None:
         tr = self.routers[name].tr
-        if not seen and tr is not None and tr._settled_locals:
-            held = dict(tr._settled_locals)
-            for tag in held:
-                del tr._locals[tag]
+        if not seen and tr is not None and _live_index(tr):
+            held = _live_index(tr)
+            for rec in held:
+                del tr._locals[rec.out_tag]
             assert not tr._any_settled_local()
+            assert tr._settled_index() == []  # (let go of as it was read)
             tr._drop_settled_locals()
-            assert tr._settled_locals == {}
+            assert tr._settled_index() == []
             seen.append(name)  # (the schedule goes on without them: not checked)
         original(self, name, instance)
 
