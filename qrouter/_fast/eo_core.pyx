@@ -1529,7 +1529,8 @@ cdef class EoCore:
             rec.settled = True
             rec.settled_epoch = self._epoch
             rec.body = None
-            self._settled_l.append(rec)
+            if self.eo:  # (the tick's walk: exactly-once only, as its tombstones)
+                self._settled_l.append(rec)
         rec._settled_by = _routers_add(rec._settled_by, sender)
         cdef tuple keys = rec._keys.keys
         cdef Py_ssize_t i

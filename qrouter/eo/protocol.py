@@ -598,7 +598,11 @@ class TopicRouter(EoCore):
         if sender not in self._told_lacking:
             self._told_lacking.add(sender)
             self._log("error", f"router {sender} has no guarantee for this topic: configure it")
-        self._drop_settled_locals()
+        if self.eo:
+            self._drop_settled_locals()  # (the settled ones only, not every record)
+        else:
+            for rec in [r for r in self._locals.values() if r.settled]:
+                self._maybe_drop_local(rec)
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
         closed_at = msg.get("closed_at")
