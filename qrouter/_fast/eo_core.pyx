@@ -1258,9 +1258,16 @@ cdef class EoCore:
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
+    # the settled records of `_locals` (tombstones) from `_settled_head` on, in the order they
+    # settled, so by epoch: what the tick walks (`_drop_settled_locals`), not every local
+    # record. A list of references (8 bytes a tombstone, not a dict's entry): a record
+    # dropped another way (`_c_maybe_drop_local`) stays until a walk reaches it
+    cdef list _settled_l
+    cdef Py_ssize_t _settled_head
 
     def __cinit__(self):
         self._sub_order = {}
+        self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
         self._bodies = {}
@@ -1275,7 +1282,7 @@ cdef class EoCore:
         self._prefix = prefix
         self._mark = mark
         if g.store is None:
-            self._mem = (<dict?>g.topic_memory).setdefault(prefix, {})
+            self._mem = _topic_memory(<dict?>g.topic_memory, prefix)
 
     @property
     def unsafe(self):
@@ -1539,6 +1546,8 @@ cdef class EoCore:
             rec.settled = True
             rec.settled_epoch = self._epoch
             rec.body = None
+            if self.eo:  # (the tick's walk: exactly-once only, as its tombstones)
+                self._settled_l.append(rec)
         rec._settled_by = _routers_add(rec._settled_by, sender)
         cdef tuple keys = rec._keys.keys
         cdef Py_ssize_t i
@@ -2083,6 +2092,88 @@ cdef class EoCore:
     def _maybe_drop_local(self, LocalRecord rec):
         self._c_maybe_drop_local(rec)
 
+    def _settled_index(self):
+        """The records `_settled_l` holds from its head (tests: the live ones are exactly
+        the settled records of `_locals`, in epoch order)."""
+        return self._settled_l[self._settled_head:]
+
+    def _any_settled_local(self):
+        """Any settled record in `_locals` (a tombstone waiting): the first live one held,
+        past those dropped another way (let go here)."""
+        cdef list held = self._settled_l
+        cdef dict locals_ = self._locals
+        cdef Py_ssize_t i = self._settled_head
+        cdef Py_ssize_t n = len(held)
+        cdef LocalRecord rec
+        while i < n:
+            rec = <LocalRecord>held[i]
+            if locals_.get(rec.out_tag) is rec:
+                break
+            held[i] = None
+            i += 1
+        self._c_settled_from(i)
+        return i < n
+
+    cdef _c_settled_from(self, Py_ssize_t head):
+        """`_settled_l`'s entries before `head` are done: the list compacted once they are
+        half of it (and more than a few)."""
+        cdef list held = self._settled_l
+        if head >= 1024 and 2 * head >= len(held):
+            del held[:head]
+            head = 0
+        elif head == len(held):
+            del held[:]
+            head = 0
+        self._settled_head = head
+
+    def _drop_settled_locals(self):
+        """`_maybe_drop_local` of every settled record in `_locals` (the tick), walking the
+        settled ones only (`_settled_l`), not every record in flight, and of those only the
+        ones that passed the barrier: they are held in the order they settled, so by
+        `settled_epoch` (the epoch only grows), and the first that has not passed it ends the
+        walk (none after it has). The ones it keeps (not seen by all) stay in order."""
+        cdef list held = self._settled_l
+        cdef dict locals_ = self._locals
+        cdef dict barrier = self._barrier
+        cdef set lacking = self._lacking
+        cdef LocalRecord rec
+        cdef object below = None  # _c_barrier_passed(e) is e < below: made once per tick
+        cdef long long lim = 0
+        cdef bint limited = False
+        cdef list kept = None
+        cdef Py_ssize_t i = self._settled_head
+        cdef Py_ssize_t n = len(held)
+        cdef Py_ssize_t k
+        if i >= n:
+            return
+        for p in self._up:
+            if p not in lacking:
+                b = barrier.get(p, 0)
+                if below is None or b < below:
+                    below = b
+        if below is not None and not self._drop_on_settle and below < (1 << 62):
+            limited = True
+            lim = below if below > 0 else 0  # (an epoch is >= 0: below 1, none passed)
+        while i < n:
+            rec = <LocalRecord>held[i]
+            if locals_.get(rec.out_tag) is not rec or not rec.settled:
+                pass  # (dropped another way: not a record of `_locals` now)
+            elif limited and rec.settled_epoch >= lim:
+                break
+            elif self._drop_on_settle or rec.c_all_seen():
+                del locals_[rec.out_tag]  # (as _c_maybe_drop_local drops a settled record)
+            else:
+                if kept is None:
+                    kept = []
+                kept.append(rec)
+            held[i] = None
+            i += 1
+        if kept is not None:
+            k = len(kept)
+            held[i - k:i] = kept
+            i -= k
+        self._c_settled_from(i)
+
     def _barrier_passed(self, long long epoch):
         return self._c_barrier_passed(epoch)
 
@@ -2204,35 +2295,102 @@ def collect_writes(list cores, dict loose):
     return puts, deletes
 
 
+cdef class TopicMemory(dict):
+    """No store: one topic's records in the router's memory (`commit_memory`), by key under
+    its prefix, as a dict (the subscriber keys, k/ and c/), with the origin records beside
+    it by out_tag: `origins` (b"o/" + out_tag) each as the record itself, encoded by the
+    scan that reads it (`scan_memory`), not at every commit (bytes when Python staged it
+    encoded), and `bodies` (b"m/" + out_tag) their bodies. Recovery (the only reader) scans
+    a topic when it is made, so a scan never reads the records of a live topic: the
+    record's state is then the one its last commit left."""
+
+    cdef public dict origins
+    cdef public dict bodies
+
+    def __cinit__(self, *args, **kwargs):
+        self.origins = {}
+        self.bodies = {}
+
+
+cdef TopicMemory _topic_memory(dict topic_memory, bytes prefix):
+    """The `TopicMemory` of `prefix` in `topic_memory`, made (or made of a plain dict's keys)."""
+    cdef object mem = topic_memory.get(prefix)
+    cdef TopicMemory tm
+    if type(mem) is TopicMemory:
+        return <TopicMemory>mem
+    tm = TopicMemory()
+    if mem:
+        for key, value in (<dict?>mem).items():
+            _memory_put(tm, key, value)
+    topic_memory[prefix] = tm
+    return tm
+
+
+cdef int _memory_put(dict mem, bytes sub, value) except -1:
+    """mem[sub] = value, an origin record's key (o/, m/) in its `TopicMemory` dict."""
+    if type(mem) is TopicMemory:
+        if sub.startswith(b"o/"):
+            (<TopicMemory>mem).origins[sub[2:]] = value
+            return 0
+        if sub.startswith(b"m/"):
+            (<TopicMemory>mem).bodies[sub[2:]] = value
+            return 0
+    mem[sub] = value
+    return 0
+
+
+cdef int _memory_pop(dict mem, bytes sub) except -1:
+    """mem.pop(sub, None), an origin record's key (o/, m/) from its `TopicMemory` dict."""
+    if type(mem) is TopicMemory:
+        if sub.startswith(b"o/"):
+            (<TopicMemory>mem).origins.pop(sub[2:], None)
+            return 0
+        if sub.startswith(b"m/"):
+            (<TopicMemory>mem).bodies.pop(sub[2:], None)
+            return 0
+    mem.pop(sub, None)
+    return 0
+
+
 def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
     """`collect_writes` applied to the records kept in memory (no store), then `committed`:
-    each topic's records in its own dict of `topic_memory` (its prefix -> key -> bytes), so no
-    key is made per record; the marks (and what `loose` holds for no topic) in `memory`."""
+    each topic's records in its `TopicMemory` of `topic_memory` (its prefix -> key -> bytes;
+    the origin records and bodies by out_tag, the records encoded only when a scan reads
+    them), so no key is made and nothing is encoded per record; the marks (and what `loose`
+    holds for no topic) in `memory`."""
     cdef EoCore core
-    cdef dict mem
+    cdef TopicMemory mem
+    cdef dict origins, bodies
     if loose:
         puts, deletes = split_writes(loose)
         for key in deletes:
-            mem, sub = _memory_of(key, memory, topic_memory)
-            mem.pop(sub, None)
+            m, sub = _memory_of(key, memory, topic_memory)
+            _memory_pop(<dict>m, sub)
         for key, value in puts.items():
-            mem, sub = _memory_of(key, memory, topic_memory)
-            mem[sub] = value
+            m, sub = _memory_of(key, memory, topic_memory)
+            _memory_put(<dict>m, sub, value)
     for c in cores:
         core = <EoCore>c
-        mem = core._mem
-        if mem is None:  # (bound before the router had no store: not in this router)
-            mem = core._mem = topic_memory.setdefault(core._prefix, {})
-        for tag, rec in core._gone.items():
-            mem.pop(_origin_key(<OriginRecord>rec), None)
-            mem.pop(b"m/" + tag, None)
-        for key in core._dels:
-            mem.pop(key, None)
-        mem.update(core._puts)
-        for rec in core._dirty.values():
-            mem[_origin_key(<OriginRecord>rec)] = (<OriginRecord>rec).encode_state()
-        for tag, body in core._bodies.items():
-            mem[b"m/" + tag] = body
+        if type(core._mem) is TopicMemory:
+            mem = <TopicMemory>core._mem
+        else:  # (bound before the router had no store, or a plain dict: not in this router)
+            mem = _topic_memory(topic_memory, core._prefix)
+            core._mem = mem
+        origins = mem.origins
+        bodies = mem.bodies
+        if core._gone:
+            for tag in core._gone:
+                origins.pop(tag, None)
+                bodies.pop(tag, None)
+        if core._dels:
+            for key in core._dels:  # (k/, c/; m/ when `_m_dels`)
+                _memory_pop(mem, key)
+        if core._puts:
+            for key, value in core._puts.items():  # (k/, c/: never o/ or m/)
+                _memory_put(mem, key, value)
+        origins.update(core._dirty)  # (disjoint from _gone: a save takes it out)
+        if core._bodies:
+            bodies.update(core._bodies)
         if core._marked:
             memory[core._mark] = b""
     committed(cores)
@@ -2250,14 +2408,27 @@ cdef tuple _memory_of(bytes key, dict memory, dict topic_memory):
 
 
 def scan_memory(bytes prefix, dict memory, dict topic_memory):
-    """What `commit_memory` keeps under `prefix`, as (full key, value) in key order."""
+    """What `commit_memory` keeps under `prefix`, as (full key, value) in key order: an
+    origin record encoded here (`encode_state`), the records read and no other."""
+    cdef bytes p, sub
     out = [(k, v) for k, v in memory.items() if k.startswith(prefix)]
     for p, mem in topic_memory.items():
         if p.startswith(prefix):
-            out.extend([(p + k, v) for k, v in (<dict>mem).items()])
+            sub = b""
         elif prefix.startswith(p):
-            sub = prefix[len(<bytes>p):]
-            out.extend([(p + k, v) for k, v in (<dict>mem).items() if k.startswith(sub)])
+            sub = prefix[len(p):]
+        else:
+            continue
+        out.extend([(p + k, v) for k, v in (<dict>mem).items() if k.startswith(sub)])
+        if type(mem) is TopicMemory:
+            for tag, rec in (<TopicMemory>mem).origins.items():
+                key = b"o/" + tag
+                if key.startswith(sub):
+                    out.append((p + key, rec if type(rec) is bytes else rec.encode_state()))
+            for tag, body in (<TopicMemory>mem).bodies.items():
+                key = b"m/" + tag
+                if key.startswith(sub):
+                    out.append((p + key, body))
     out.sort()
     return out
 

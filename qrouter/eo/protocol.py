@@ -376,7 +376,7 @@ class TopicRouter(EoCore):
         if self.eo:
             self._epoch += 1
             # the barrier is only for tombstones: with none waiting, no PING (issue 15 c)
-            if any(r.settled for r in self._locals.values()):
+            if self._any_settled_local():
                 for peer in sorted(self._up - self._lacking):
                     self._to_router(peer, make("PING", self.topic, e=self._epoch))
             if now >= self._next_ask:
@@ -401,8 +401,7 @@ class TopicRouter(EoCore):
                 for sub, since in list(self._closed_since.items()):
                     if now - since > self.terminus_timeout:
                         del self._closed_since[sub]  # long closed: _long_closed without it
-            for local in [r for r in self._locals.values() if r.settled]:
-                self._maybe_drop_local(local)
+            self._drop_settled_locals()  # (the settled ones only, not every record)
         for sub in self._view.expired(now, self.terminus_timeout):
             self._log("info", f"subscriber {sub} did not re-attach in time: discarded")
             self._view.forget(sub)
@@ -599,8 +598,11 @@ class TopicRouter(EoCore):
         if sender not in self._told_lacking:
             self._told_lacking.add(sender)
             self._log("error", f"router {sender} has no guarantee for this topic: configure it")
-        for rec in [r for r in self._locals.values() if r.settled]:
-            self._maybe_drop_local(rec)
+        if self.eo:
+            self._drop_settled_locals()  # (the settled ones only, not every record)
+        else:
+            for rec in [r for r in self._locals.values() if r.settled]:
+                self._maybe_drop_local(rec)
 
     def _on_snapshot(self, sender: str, msg: Wire) -> None:
         closed_at = msg.get("closed_at")

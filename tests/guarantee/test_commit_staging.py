@@ -5,10 +5,21 @@ left, with the store and without one, driven without sockets."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-from qrouter._fast.eo_core import OriginRecord, SubState, collect_writes, committed, scan_memory
+import pytest
+
+from qrouter._fast.eo_core import (
+    OriginRecord,
+    SubState,
+    TopicMemory,
+    collect_writes,
+    committed,
+    scan_memory,
+)
 from qrouter.guarantee import Guarantees
 
 PREFIX = b"eo/t/"
@@ -126,3 +137,84 @@ def test_memory_commit_keeps_what_the_store_would() -> None:
     g.flush()
     assert scan_memory(PREFIX, g.memory, g.topic_memory) == [(PREFIX + b"o/T2", _state(r2b))]
     assert scan_memory(MARK, g.memory, g.topic_memory) == [(MARK, b"")]
+
+
+class _DictStore:
+    """A store that keeps what its commits wrote (the store branch of Guarantees.flush)."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+
+    def commit_writes(self, puts: dict[bytes, bytes], deletes: set[bytes]) -> None:
+        assert not set(puts) & deletes
+        for key in deletes:
+            self.data.pop(key, None)
+        self.data.update(puts)
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return iter(sorted((k, v) for k, v in self.data.items() if k.startswith(prefix)))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_memory_scan_reads_what_the_store_holds_after_random_commits(seed: int) -> None:
+    """No store, the origin records are kept as they are and encoded by the scan that reads
+    them (TopicMemory): after every commit of a random run of saves, deletes, re-saves with
+    and without bodies, state changes and Python-staged writes, every scan a recovery makes
+    (o/, m/, k/, the marks) reads the same keys and bytes as the store's."""
+    rng = random.Random(seed)
+    store = _DictStore()
+    routers = [_router(store), _router(None)]
+    topics = [g.topic("t") for g in routers]
+    live: dict[bytes, OriginRecord] = {}
+    read: set[bytes] = set()
+    for _ in range(40):
+        for _ in range(rng.randint(1, 8)):
+            tag = b"T%d" % rng.randrange(12)
+            op = rng.random()
+            rec = live.get(tag)
+            if rec is None or op < 0.2:
+                if rec is not None and rng.random() < 0.5:
+                    for t in topics:
+                        t._delete_origin(rec)
+                body = None if rng.random() < 0.3 else b"body-%d" % rng.randrange(100)
+                rec = live[tag] = _rec(tag, body=body)
+                with_body = rng.random() < 0.8
+                for t in topics:
+                    t._save_origin(rec, with_body)
+            elif op < 0.45:
+                for t in topics:
+                    t._delete_origin(rec)
+                del live[tag]
+            elif op < 0.7:
+                rec.add_sub((f"s{rng.randrange(9)}", "l"), rng.randrange(3))
+                with_body = rng.random() < 0.2
+                for t in topics:
+                    t._save_origin(rec, with_body)
+            elif op < 0.8:
+                rec.settled = not rec.settled
+                for t in topics:
+                    t._save_origin(rec, False)
+            elif op < 0.9:
+                key = b"k/%d" % rng.randrange(5)
+                value = None if rng.random() < 0.3 else b"v%d" % rng.randrange(5)
+                for t in topics:
+                    t._put(key, value) if value is not None else t._del(key)
+            else:  # a write staged from Python (the topic's _TopicStore), by full key
+                sub = rng.choice([b"o/", b"m/", b"k/"]) + b"P%d" % rng.randrange(3)
+                value = None if rng.random() < 0.4 else b"py-%d" % rng.randrange(100)
+                for g in routers:
+                    g.loose[PREFIX + sub] = value
+        for t in topics:
+            t._flush()
+        for g in routers:
+            g.flush()
+        for prefix in (PREFIX + b"o/", PREFIX + b"m/", PREFIX + b"k/", PREFIX, b"eot/"):
+            got = list(routers[1].backend_scan(prefix))
+            assert got == list(store.scan(prefix)), prefix
+            read.update(prefix for _ in got[:1])
+    assert len(read) == 5  # every prefix read something
+    mem = routers[1].topic_memory[PREFIX]
+    assert isinstance(mem, TopicMemory)
+    # the records are kept, not their bytes (each encoded when a scan reads it)
+    kept = [v for k, v in mem.origins.items() if k.startswith(b"T")]
+    assert kept and all(isinstance(v, OriginRecord) for v in kept)
