@@ -1231,6 +1231,10 @@ cdef class EoCore:
     cdef dict _bodies
     cdef dict _gone
     cdef bint _m_dels
+    # tags in `_bodies` whose o/ record the store may hold already (a record recovered without
+    # its body, or deleted and saved again in one commit): not new to the record log's
+    # checkpoint interval (`collect_writes`, `born`)
+    cdef set _known
     cdef public OutQueue _out  # this input's outputs, in order (_c_flush hands them on)
     # the router's staging (qrouter/guarantee.py, `bind_router`): its Guarantees; None: every
     # output is a call of the port
@@ -1260,6 +1264,7 @@ cdef class EoCore:
         self._out = OutQueue()
         self._bodies = {}
         self._gone = {}
+        self._known = set()
 
     def bind_router(self, g, bytes prefix, bytes mark):
         """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
@@ -1312,6 +1317,7 @@ cdef class EoCore:
                 self._resent.setdefault(pub, set()).add(bytes(tag))
             if rec.body is None:
                 rec.body = bytes(body)  # the resend of a record recovered without its body
+                self._known.add(rec.out_tag)
                 self._c_save_origin(rec, True)
         self._c_drive(rec)
         self._c_check_accept(rec)
@@ -1907,10 +1913,14 @@ cdef class EoCore:
         if self.eo:
             tag = rec.out_tag
             with_body = body and rec.body is not None
-            if self._gone and self._gone.pop(tag, None) is not None and not with_body:
-                # deleted and saved again in one commit, without its body: that stays deleted
-                self._dels.add(b"m/" + tag)
-                self._m_dels = True
+            if self._gone and self._gone.pop(tag, None) is not None:
+                if not with_body:
+                    # deleted and saved again in one commit, without its body: that stays
+                    # deleted
+                    self._dels.add(b"m/" + tag)
+                    self._m_dels = True
+                else:
+                    self._known.add(tag)
             self._dirty[tag] = rec  # encoded once, at the commit (see _flush)
             if with_body:
                 if self._m_dels:
@@ -1973,6 +1983,8 @@ cdef class EoCore:
                 bodies, gone = self._bodies, self._gone
                 self._puts, self._dels, self._dirty = {}, set(), {}
                 self._bodies, self._gone, self._m_dels = {}, {}, False
+                if self._known:
+                    self._known.clear()
                 for tag, rec in gone.items():
                     dels.add(_origin_key(<OriginRecord>rec))
                     dels.add(b"m/" + tag)
@@ -2133,12 +2145,16 @@ def split_writes(dict writes):
     return puts, deletes
 
 
-def collect_writes(list cores, dict loose):
+def collect_writes(list cores, dict loose, set born=None):
     """The router's group commit as (puts, deletes) for its store (disjoint key sets): the
     writes staged from Python (`loose`, as `stage_writes` left them), then every core's
     staged records under its prefix, each origin record encoded once, in the state the loop
     iteration left it in, and the mark of a topic that put something. The same keys and
-    bytes as merging every input's commit into one batch would give."""
+    bytes as merging every input's commit into one batch would give.
+
+    `born`, if given, gets the keys of the origin records (o/ and m/) made in this commit,
+    which the store cannot hold yet (the record log's net journal forgets such a record
+    when it is deleted before the checkpoint: the engine's `Router.log_writes`)."""
     cdef dict puts
     cdef set deletes
     cdef EoCore core
@@ -2180,6 +2196,9 @@ def collect_writes(list cores, dict loose):
             puts[full] = body
             if mixed:
                 deletes.discard(full)
+            if born is not None and tag not in core._known:
+                born.add(full)
+                born.add(okp + tag)
         if core._marked:
             puts[core._mark] = b""
             if mixed:
@@ -2257,6 +2276,8 @@ def committed(list cores):
             core._bodies.clear()
         if core._gone:
             core._gone.clear()
+        if core._known:
+            core._known.clear()
         core._m_dels = False
         core._marked = False
         core._committing = False
