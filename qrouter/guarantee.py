@@ -51,7 +51,7 @@ from qrouter._fast.engine import (
     EoSub,
     Link,
     commit_logged,
-    log_writes,
+    log_entries,
     source_value,
     state_code,
     target_value,
@@ -62,6 +62,7 @@ from qrouter._fast.eo_core import (
     collect_writes,
     commit_memory,
     committed,
+    log_records,
     receive_envelopes,
     receive_messages,
     scan_memory,
@@ -367,10 +368,12 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                 # the records the cores staged, each origin record encoded once, in the state
                 # the iteration left it in
                 if self.log is not None:
-                    born: set[bytes] = set()
-                    puts, deletes = collect_writes(self.writes, self.loose, born)
-                    log_writes(self.log, puts, deletes, born)
-                    committed(self.writes)
+                    eng = self.log
+                    blob = log_records(
+                        self.writes, self.loose, eng.journal, eng.journal_del, eng.jborn
+                    )
+                    if blob is not None:
+                        log_entries(eng, blob)
                 elif self.store is not None:
                     puts, deletes = collect_writes(self.writes, self.loose)
                     try:

@@ -195,8 +195,15 @@ def stage_writes(
 ) -> bool: ...
 def split_writes(writes: dict[bytes, Any]) -> tuple[dict[bytes, bytes], set[bytes]]: ...
 def collect_writes(
-    cores: list[Any], loose: dict[bytes, Any], born: set[bytes] | None = None
+    cores: list[Any], loose: dict[bytes, Any]
 ) -> tuple[dict[bytes, bytes], set[bytes]]: ...
+def log_records(
+    cores: list[Any],
+    loose: dict[bytes, Any],
+    journal: dict[bytes, bytes],
+    gone: set[bytes],
+    born: set[bytes],
+) -> bytes | None: ...
 def commit_memory(
     cores: list[Any],
     loose: dict[bytes, Any],

@@ -15,31 +15,27 @@
 # reaches the B-tree (LMDB) or levels (LevelDB).
 
 
-def log_writes(Router r, dict puts, set deletes, set born):
-    """One commit of the guaranteed topics (`collect_writes`: disjoint puts and deletes) as
-    log entries of this iteration and net changes until the checkpoint. `born`: keys of
-    `puts` the store cannot hold (made in this commit). Needs the store's committer."""
-    cdef dict journal = r.journal
-    cdef set gone = r.journal_del
-    cdef set jborn = r.jborn
+def log_entries(Router r, bytes blob not None):
+    """Record-log entries of the guaranteed topics' commit (`eo_core.log_records`, which
+    applied them to `journal`, `journal_del` and `jborn` already): appended to this
+    iteration's, for the group commit (`commit_logged`). Needs the store's committer."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(blob)
+    cdef Py_ssize_t need = r.jlog_n + n
+    cdef Py_ssize_t cap
+    cdef char* grown
     if r.committer is None:
         raise RuntimeError("the router has no record log (memory store)")
-    for key in deletes:
-        jlog_entry(r, LOG_DEL, <bytes>key, None)
-        if journal:
-            journal.pop(key, None)
-        if jborn and key in jborn:
-            jborn.discard(key)  # made since the checkpoint: the records never see it
-        else:
-            gone.add(key)
-    for key, value in puts.items():
-        jlog_entry(r, LOG_PUT, <bytes>key, <bytes>value)
-        journal[key] = value
-        if gone and key in gone:
-            # deleted earlier in the interval: the records may hold the old one
-            gone.discard(key)
-        elif born is not None and key in born:
-            jborn.add(key)
+    if need > r.jlog_cap:
+        cap = r.jlog_cap * 2 if r.jlog_cap else 65536
+        while cap < need:
+            cap *= 2
+        grown = <char*>realloc(r.jlog, cap)
+        if grown == NULL:
+            raise MemoryError()
+        r.jlog = grown
+        r.jlog_cap = cap
+    memcpy(r.jlog + r.jlog_n, PyBytes_AS_STRING(blob), n)
+    r.jlog_n = need
 
 
 def commit_logged(Router r):

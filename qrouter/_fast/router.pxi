@@ -34,7 +34,7 @@ cdef class Router:
     cdef public set journal_del       # store keys to delete
     # guaranteed topics' keys put since the last checkpoint that the store cannot hold (made
     # in the interval, eo_log.pxi): deleted before the checkpoint, they leave no trace in it
-    cdef set jborn
+    cdef public set jborn
     # the checkpoint interval's number: a delivery whose record was made in it has the same
     # (Delivery.jgen), and the store's records do not hold it yet
     cdef uint32_t jgen

@@ -3,7 +3,8 @@
 checkpoint, where they reach the store's records in one transaction with the durable links';
 a record made and deleted between two checkpoints never reaches them.
 
-The engine's net journal is driven directly (a committer that records what it is given); the
+The topic cores and the engine are driven without sockets (a committer that records what
+it is given); the
 crash test runs a router on LMDB with checkpoints held off (QROUTER_TEST_CHECKPOINT_SECONDS),
 SIGKILLs it with records only in the log, looks at the store it left, and restarts it."""
 
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from qrouter._fast.engine import Router, commit_logged, log_writes
+from qrouter._fast.engine import Router, log_entries
 
 from qrouter import stores
+from qrouter._fast.eo_core import OriginRecord
 from qrouter.client import Client
 from qrouter.client import Message as ClientMessage
+from qrouter.guarantee import Guarantees
 from qrouter.stores import open_store
 from qrouter.stores.termini import read_log
 from tests.client.conftest import run
@@ -26,6 +30,8 @@ from tests.guarantee.common import topic_rows, wait_until
 from tests.harness import free_port
 
 TOPIC = "events"
+PREFIX = b"eo/t/"
+MARK = b"eot/t"
 
 
 class _Committer:
@@ -48,55 +54,107 @@ class _Committer:
             self.checkpoints.append((dict(puts), set(deletes)))
 
 
-def _router() -> tuple[Router, _Committer]:
-    r = Router("eolog-test")
-    c = _Committer()
-    r.committer = c
-    return r, c
+def _guarantees() -> tuple[Guarantees, Router, _Committer]:
+    """A router's guaranteed topics on a store whose commits go through the engine's log."""
+    engine = Router("eolog-test")
+    committer = _Committer()
+    engine.committer = committer
+    core = SimpleNamespace(
+        config=SimpleNamespace(id="A", guarantee_timeout=30.0),
+        persistence=SimpleNamespace(store=SimpleNamespace(scan=lambda p: iter(())), health=None),
+        engine=engine,
+        mesh=None,
+        table=SimpleNamespace(guarantee=lambda topic: None),
+    )
+    return Guarantees(core), engine, committer  # type: ignore[arg-type]
+
+
+def _rec(out_tag: bytes, body: bytes | None = b"body") -> OriginRecord:
+    return OriginRecord(out_tag, ("pub", "p"), b"tag-" + out_tag, body, {("s", "l"): 0})
+
+
+def _commit(g: Guarantees, t: Any) -> None:
+    t._flush()
+    g.flush()
 
 
 def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() -> None:
-    r, c = _router()
-    born_o, born_m = b"eo/t/o/new", b"eo/t/m/new"
-    old_o, kept = b"eo/t/o/old", b"eo/t/k/sub"
-    log_writes(r, {born_o: b"s1", born_m: b"body", kept: b"att"}, set(), {born_o, born_m})
-    assert commit_logged(r)
-    log_writes(r, {born_o: b"s2", old_o: b"s9"}, set(), set())  # updates: still new
-    assert commit_logged(r)
-    log_writes(r, {}, {born_o, born_m, old_o}, set())
-    assert commit_logged(r)
-    assert len(c.appends) == 3 and not c.checkpoints  # one append per commit
-    assert all(born_o in blob or old_o in blob for blob in c.appends[1:])
-    r.checkpoint()
-    # the new record went in the interval; the older one (the store may hold it) is deleted
-    assert c.checkpoints == [({kept: b"att"}, {old_o})]
-    assert not r.journal and not r.journal_del
-    # a key made again after a checkpoint deleted it is new again; one deleted and made
-    # again within the interval is not (the records may hold the old one)
-    log_writes(r, {}, {kept}, set())
-    log_writes(r, {kept: b"att2", old_o: b"again"}, set(), {kept, old_o})
-    log_writes(r, {}, {kept}, set())
-    r.checkpoint()
-    assert c.checkpoints[-1] == ({old_o: b"again"}, {kept})
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    new, old = _rec(b"N"), _rec(b"O", body=None)
+    t._save_origin(new, True)
+    _commit(g, t)
+    t._save_origin(new, False)  # an update: still made in this interval
+    t._save_origin(old, False)  # one the store may hold (recovered)
+    _commit(g, t)
+    t._delete_origin(new)
+    t._delete_origin(old)
+    _commit(g, t)
+    assert len(c.appends) == 3 and not c.checkpoints  # one append per commit, in order
+    assert PREFIX + b"m/N" in c.appends[0] and PREFIX + b"o/O" in c.appends[1]
+    replayed = _replay(c.appends)
+    assert replayed[PREFIX + b"o/N"] is None and replayed[PREFIX + b"o/O"] is None
+    engine.checkpoint()
+    # the new record went in the interval; the other (the store may hold it) is deleted
+    assert c.checkpoints == [({MARK: b""}, {PREFIX + b"o/O", PREFIX + b"m/O"})]
+    assert not engine.journal and not engine.journal_del and not engine.jborn
+    # alive at a checkpoint: it reaches the records, and its delete after it too
+    again = _rec(b"A")
+    t._save_origin(again, True)
+    _commit(g, t)
+    engine.checkpoint()
+    assert c.checkpoints[-1][0] == {
+        PREFIX + b"o/A": again.encode_state(),
+        PREFIX + b"m/A": b"body",
+        MARK: b"",
+    }
+    t._delete_origin(again)
+    _commit(g, t)
+    # deleted and saved again with a body in one commit, with the store holding the first:
+    # not made in the interval, so its delete reaches the records
+    t._save_origin(_rec(b"A"), True)
+    _commit(g, t)
+    t._delete_origin(_rec(b"A"))
+    _commit(g, t)
+    engine.checkpoint()
+    assert c.checkpoints[-1] == ({MARK: b""}, {PREFIX + b"o/A", PREFIX + b"m/A"})
 
 
-def test_a_failed_append_keeps_the_entries_for_the_retry() -> None:
-    r, c = _router()
+def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    applied: list[int] = []
     c.fail = True
-    log_writes(r, {b"eo/t/o/a": b"s"}, set(), {b"eo/t/o/a"})
-    assert not commit_logged(r)
-    assert r.store_down and not commit_logged(r)  # held until the retry
+    t._save_origin(_rec(b"F"), True)
+    t._flush()
+    g.stage(applied.append, (1,))
+    g.flush()
+    assert g.held and engine.store_down and applied == [] and not c.appends
+    g.flush()
+    assert applied == []  # held: nothing that depends on the records leaves
     c.fail = False
-    assert r.retry_commit()
-    assert not r.store_down and commit_logged(r)
-    assert len(c.appends) == 1 and b"eo/t/o/a" in c.appends[0]
-    r.checkpoint()
-    assert c.checkpoints == [({b"eo/t/o/a": b"s"}, set())]
+    assert engine.retry_commit()  # the engine's retry runs first (Core: health.retries)
+    assert g.retry()
+    assert applied == [1] and not g.held
+    assert len(c.appends) == 1 and PREFIX + b"o/F" in c.appends[0]
 
 
 def test_memory_router_has_no_record_log() -> None:
     with pytest.raises(RuntimeError, match="no record log"):
-        log_writes(Router("eolog-test"), {b"eo/t/o/a": b"s"}, set(), set())
+        log_entries(Router("eolog-test"), b"D\x00\x01k")
+
+
+def _replay(appends: list[bytes]) -> dict[bytes, bytes | None]:
+    """The log entries as `read_log` replays them (the fold at start-up)."""
+    store = open_store("memory", None)
+    try:
+        for blob in appends:
+            store.log_append(blob)
+        return read_log(store).changes
+    finally:
+        store.close()
 
 
 def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None]]:
