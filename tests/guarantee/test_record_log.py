@@ -141,6 +141,30 @@ def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
     assert len(c.appends) == 1 and PREFIX + b"o/F" in c.appends[0]
 
 
+def test_a_topic_made_at_run_time_reads_the_records_with_the_logged_changes() -> None:
+    # (a topic dropped idle and named again reads its records: the checkpointed ones, with
+    # what was logged since laid over them)
+    g, engine, _ = _guarantees()
+    stored = [
+        (PREFIX + b"m/A", b"a"),
+        (PREFIX + b"o/A", _rec(b"A").encode_state()),
+        (PREFIX + b"o/B", _rec(b"B").encode_state()),
+    ]
+    g.store = SimpleNamespace(scan=lambda p: iter([kv for kv in stored if kv[0].startswith(p)]))
+    t = g.topic("t")
+    assert t is not None
+    t._save_origin(_rec(b"C"), True)
+    t._save_origin(_rec(b"B", body=None), False)
+    _commit(g, t)
+    t._delete_origin(_rec(b"A"))
+    _commit(g, t)
+    assert list(g.backend_scan(PREFIX)) == [
+        (PREFIX + b"m/C", b"body"),
+        (PREFIX + b"o/B", _rec(b"B", body=None).encode_state()),
+        (PREFIX + b"o/C", _rec(b"C").encode_state()),
+    ]
+
+
 def test_memory_router_has_no_record_log() -> None:
     with pytest.raises(RuntimeError, match="no record log"):
         log_entries(Router("eolog-test"), b"D\x00\x01k")
