@@ -50,6 +50,8 @@ from qrouter._fast.engine import (
     EoPub,
     EoSub,
     Link,
+    commit_logged,
+    log_entries,
     source_value,
     state_code,
     target_value,
@@ -60,6 +62,7 @@ from qrouter._fast.eo_core import (
     collect_writes,
     commit_memory,
     committed,
+    log_records,
     receive_envelopes,
     receive_messages,
     scan_memory,
@@ -179,6 +182,15 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.timeout = core.config.guarantee_timeout
         # the terminus store (qrouter/termini_store.py), None for the memory store
         self.store: Any = getattr(core.persistence, "store", None)
+        # the engine's Router whose record log and checkpoint take the records with the
+        # durable links' (qrouter/_fast/eo_log.pxi); None: commit to `store` directly (a
+        # store without the engine's committer) or keep them in memory (no store)
+        engine = getattr(core, "engine", None)
+        self.log: Any = (
+            engine
+            if self.store is not None and getattr(engine, "committer", None) is not None
+            else None
+        )
         # the records when there is no store: each topic's by key under its prefix (the
         # cores write them there, `commit_memory`), the rest (the topics' marks) by full key
         self.memory: dict[bytes, bytes] = {}
@@ -223,6 +235,9 @@ class Guarantees(EoLinks):  # type: ignore[misc]
     def start(self) -> None:
         """Recover the topics the store holds records of, and start ticking."""
         self.loop = asyncio.get_running_loop()
+        recover = getattr(self.core.persistence, "recover", None)
+        if recover is not None:
+            recover()  # a previous run's record log folded into the records first
         for key, _ in list(self.backend_scan(TOPIC_MARK)):
             topic = key[len(TOPIC_MARK) :].decode()
             if self.core.table.guarantee(topic) is None:
@@ -313,7 +328,15 @@ class Guarantees(EoLinks):  # type: ignore[misc]
     # -- the store and the group commit --------------------------------------------------------
 
     def backend_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        if self.store is not None:
+        if self.log is not None:
+            # the records as of the last checkpoint, with the net changes logged since
+            journal, gone = self.log.journal, self.log.journal_del
+            logged = {k: v for k, v in journal.items() if k.startswith(prefix)}
+            stored = [
+                (k, v) for k, v in self.store.scan(prefix) if k not in logged and k not in gone
+            ]
+            yield from sorted(stored + list(logged.items()))
+        elif self.store is not None:
             yield from self.store.scan(prefix)
         else:
             yield from scan_memory(prefix, self.memory, self.topic_memory)
@@ -330,10 +353,13 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Commit the iteration's records in one transaction, then apply the outputs. If the
-        commit fails, the records and every output stay here, in order, until a retry
-        (`retry`, qrouter/store_health.py) commits them: nothing that depends on them leaves,
-        and the records the state machines go on from are never lost on the way."""
+        """Commit the iteration's records, then apply the outputs. With a store, they are
+        entries of the engine's record log (one append for the iteration, with the durable
+        links' changes) kept net until its checkpoint (qrouter/_fast/eo_log.pxi). If the
+        commit fails, the records stay (in the log, or here) and every output here, in
+        order, until a retry (`retry`, qrouter/store_health.py) commits them: nothing that
+        depends on them leaves, and the records the state machines go on from are never lost
+        on the way."""
         self.scheduled = False
         if self.held:
             return
@@ -341,7 +367,14 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             if self.writes or self.loose:
                 # the records the cores staged, each origin record encoded once, in the state
                 # the iteration left it in
-                if self.store is not None:
+                if self.log is not None:
+                    eng = self.log
+                    blob = log_records(
+                        self.writes, self.loose, eng.journal, eng.journal_del, eng.jborn
+                    )
+                    if blob is not None:
+                        log_entries(eng, blob)
+                elif self.store is not None:
                     puts, deletes = collect_writes(self.writes, self.loose)
                     try:
                         check_injected()
@@ -357,6 +390,11 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                 else:
                     commit_memory(self.writes, self.loose, self.memory, self.topic_memory)
                 self.loose = {}
+            if self.log is not None and not commit_logged(self.log):
+                # the store failed (the committer reported it): the entries wait in the log
+                # for the engine's retry, which runs before ours
+                self.held = True
+                return
             self.apply_outputs(self.outputs)  # in order; one that fails is logged (the engine)
         if self.batches:
             # one control message per next hop and loop iteration, envelopes in order

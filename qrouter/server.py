@@ -359,7 +359,7 @@ class Server:
             self.core.registry.expire()  # discarded termini settle what they held (on_discard)
             self.core.monitor.check()
             if self.persistence is not None:
-                self.core.engine.checkpoint()  # a quiet second's logged changes
+                self.core.engine.checkpoint(due=True)  # a quiet second's logged changes
                 self.persistence.mark_alive()
             if self.journal is not None:
                 self.core.engine.journal_flush()  # rows of a quiet second reach the writer

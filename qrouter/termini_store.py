@@ -103,6 +103,11 @@ class StorePersistence:
             t.records = dict(rec.unsettled)
             yield t
 
+    def recover(self) -> None:
+        """Fold a previous run's record log into the records now, if not done yet (before
+        the guaranteed topics read theirs: qrouter/guarantee.py)."""
+        self._recover()
+
     def _recover(self) -> None:
         """Once, before the first write: fold what a previous run logged into the records,
         so that this run's log starts empty."""

@@ -36,6 +36,17 @@ cdef Py_ssize_t LOG_CHECKPOINT_BYTES = 16 << 20
 cdef double LOG_CHECKPOINT_SECONDS = 1.0
 
 
+def _checkpoint_seconds_for_tests():
+    # a test hook, as QROUTER_TEST_STORE_FAIL (qrouter/store_health.py): a longer interval,
+    # so that a test can SIGKILL a router whose records are in the log and not checkpointed
+    import os
+    value = os.environ.get("QROUTER_TEST_CHECKPOINT_SECONDS")
+    return float(value) if value else 1.0
+
+
+LOG_CHECKPOINT_SECONDS = _checkpoint_seconds_for_tests()
+
+
 cdef int jlog_entry(Router r, int op, bytes key, bytes value) except -1:
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
     cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0

@@ -205,6 +205,14 @@ class TopicMemory(dict[bytes, bytes]):
     origins: dict[bytes, OriginRecord | bytes]
     bodies: dict[bytes, bytes]
 
+
+def log_records(
+    cores: list[Any],
+    loose: dict[bytes, Any],
+    journal: dict[bytes, bytes],
+    gone: set[bytes],
+    born: set[bytes],
+) -> bytes | None: ...
 def commit_memory(
     cores: list[Any],
     loose: dict[bytes, Any],

@@ -23,7 +23,8 @@ import json
 from operator import itemgetter
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.string cimport memcpy
@@ -1236,6 +1237,10 @@ cdef class EoCore:
     cdef dict _bodies
     cdef dict _gone
     cdef bint _m_dels
+    # tags in `_bodies` whose o/ record the store may hold already (a record recovered without
+    # its body, or deleted and saved again in one commit): not new to the record log's
+    # checkpoint interval (`collect_writes`, `born`)
+    cdef set _known
     cdef public OutQueue _out  # this input's outputs, in order (_c_flush hands them on)
     # the router's staging (qrouter/guarantee.py, `bind_router`): its Guarantees; None: every
     # output is a call of the port
@@ -1272,6 +1277,7 @@ cdef class EoCore:
         self._out = OutQueue()
         self._bodies = {}
         self._gone = {}
+        self._known = set()
 
     def bind_router(self, g, bytes prefix, bytes mark):
         """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
@@ -1327,6 +1333,7 @@ cdef class EoCore:
                 self._resent.setdefault(pub, set()).add(bytes(tag))
             if rec.body is None:
                 rec.body = bytes(body)  # the resend of a record recovered without its body
+                self._known.add(rec.out_tag)
                 self._c_save_origin(rec, True)
         self._c_drive(rec)
         self._c_check_accept(rec)
@@ -1933,10 +1940,14 @@ cdef class EoCore:
         if self.eo:
             tag = rec.out_tag
             with_body = body and rec.body is not None
-            if self._gone and self._gone.pop(tag, None) is not None and not with_body:
-                # deleted and saved again in one commit, without its body: that stays deleted
-                self._dels.add(b"m/" + tag)
-                self._m_dels = True
+            if self._gone and self._gone.pop(tag, None) is not None:
+                if not with_body:
+                    # deleted and saved again in one commit, without its body: that stays
+                    # deleted
+                    self._dels.add(b"m/" + tag)
+                    self._m_dels = True
+                else:
+                    self._known.add(tag)
             self._dirty[tag] = rec  # encoded once, at the commit (see _flush)
             if with_body:
                 if self._m_dels:
@@ -1999,6 +2010,8 @@ cdef class EoCore:
                 bodies, gone = self._bodies, self._gone
                 self._puts, self._dels, self._dirty = {}, set(), {}
                 self._bodies, self._gone, self._m_dels = {}, {}, False
+                if self._known:
+                    self._known.clear()
                 for tag, rec in gone.items():
                     dels.add(_origin_key(<OriginRecord>rec))
                     dels.add(b"m/" + tag)
@@ -2351,6 +2364,117 @@ cdef int _memory_pop(dict mem, bytes sub) except -1:
     mem.pop(sub, None)
     return 0
 
+# -- the router's group commit through its record log (the engine's eo_log.pxi) -------------
+
+# a log entry's kinds (qrouter/stores/termini.py, "the record log"; the engine's durable.pxi)
+cdef enum:
+    _LOG_PUT = 0x50
+    _LOG_DEL = 0x44
+
+cdef char* _lbuf = NULL  # the entries of one `log_records`, made into its bytes at the end
+cdef Py_ssize_t _lcap = 0
+
+
+cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
+    """Append one entry at `n` of `_lbuf`; the new length."""
+    global _lbuf, _lcap
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
+    cdef Py_ssize_t need = n + 3 + nk + (4 + nv if op == _LOG_PUT else 0)
+    cdef Py_ssize_t cap
+    cdef char* grown
+    cdef unsigned char* p
+    if nk > 0xffff:
+        raise ValueError("a record key longer than a log entry holds")
+    if need > _lcap:
+        cap = _lcap * 2 if _lcap else 65536
+        while cap < need:
+            cap *= 2
+        grown = <char*>PyMem_Realloc(_lbuf, cap)
+        if grown == NULL:
+            raise MemoryError()
+        _lbuf = grown
+        _lcap = cap
+    p = <unsigned char*>_lbuf + n
+    p[0] = op
+    p[1] = (nk >> 8) & 0xff
+    p[2] = nk & 0xff
+    memcpy(p + 3, PyBytes_AS_STRING(key), nk)
+    if op == _LOG_PUT:
+        p += 3 + nk
+        p[0] = (nv >> 24) & 0xff
+        p[1] = (nv >> 16) & 0xff
+        p[2] = (nv >> 8) & 0xff
+        p[3] = nv & 0xff
+        if nv:
+            memcpy(p + 4, PyBytes_AS_STRING(value), nv)
+    return need
+
+
+cdef Py_ssize_t _log_put(Py_ssize_t n, bytes key, bytes value, dict journal, set gone,
+                         set born, bint new) except -1:
+    n = _lentry(n, _LOG_PUT, key, value)
+    journal[key] = value
+    if gone and PySet_Discard(gone, key):
+        pass  # deleted earlier in the interval: the records may hold the old one
+    elif new:
+        PySet_Add(born, key)
+    return n
+
+
+cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set born) except -1:
+    n = _lentry(n, _LOG_DEL, key, None)
+    if journal:
+        journal.pop(key, None)
+    if not (born and PySet_Discard(born, key)):  # (made in the interval: the records lack it)
+        PySet_Add(gone, key)
+    return n
+
+
+def log_records(list cores, dict loose, dict journal, set gone, set born):
+    """The router's group commit into its record log: what `collect_writes` would give, as
+    one blob of log entries (the engine appends it, `log_entries`), and applied to the net
+    changes since the last checkpoint: `journal` (key -> value to put), `gone` (keys to
+    delete), `born` (keys made since the checkpoint: the records cannot hold them, so their
+    delete only drops them). An origin record saved with its body for the first time is
+    made (unless the store may hold it: `_known`). Then `committed`. None if nothing."""
+    cdef EoCore core
+    cdef bytes prefix, okp, mkp, key
+    cdef Py_ssize_t n = 0
+    cdef dict bodies
+    cdef set known
+    if loose:
+        puts, deletes = split_writes(loose)
+        for key in deletes:
+            n = _log_del(n, key, journal, gone, born)
+        for key, value in puts.items():
+            n = _log_put(n, key, value, journal, gone, born, False)
+    for c in cores:
+        core = <EoCore>c
+        prefix = core._prefix
+        for key in core._dels:
+            n = _log_del(n, prefix + key, journal, gone, born)
+        for key, value in core._puts.items():
+            n = _log_put(n, prefix + key, value, journal, gone, born, False)
+        okp = prefix + b"o/"
+        mkp = prefix + b"m/"
+        for tag in core._gone:
+            n = _log_del(n, okp + tag, journal, gone, born)
+            n = _log_del(n, mkp + tag, journal, gone, born)
+        bodies = core._bodies
+        known = core._known
+        for tag, rec in core._dirty.items():
+            n = _log_put(n, okp + tag, (<OriginRecord>rec).encode_state(), journal, gone, born,
+                         tag in bodies and not (known and tag in known))
+        for tag, body in bodies.items():
+            n = _log_put(n, mkp + tag, body, journal, gone, born, not (known and tag in known))
+        if core._marked:
+            n = _log_put(n, core._mark, b"", journal, gone, born, False)
+    committed(cores)
+    if not n:
+        return None
+    return PyBytes_FromStringAndSize(_lbuf, n)
+
 
 def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
     """`collect_writes` applied to the records kept in memory (no store), then `committed`:
@@ -2445,6 +2569,8 @@ def committed(list cores):
             core._bodies.clear()
         if core._gone:
             core._gone.clear()
+        if core._known:
+            core._known.clear()
         core._m_dels = False
         core._marked = False
         core._committing = False

@@ -607,6 +607,38 @@ class StoreConformance:
             with pytest.raises(StoreError, match="log entry .* is corrupt"):
                 fold_log(store)
 
+    def test_record_log_keeps_guaranteed_topics_records(
+        self, store: TerminusStore, tmp_path: Path
+    ) -> None:
+        """A guaranteed topic's records (eo/..., eot/...: qrouter/_fast/eo_log.pxi) belong to
+        no terminus: the fold keeps their logged puts and applies their deletes, next to a
+        durable link's records, and the termini do not see them."""
+        rec = self._terminus("a")
+        with store.batch() as b:
+            save_terminus(b, rec)
+        store.put(b"eo/t/o/old", b"checkpointed")
+        store.put(b"eo/t/m/old", b"old body")
+        entries = [
+            log_put_entry(b"eot/t", b"")
+            + log_put_entry(b"eo/t/o/new", b"state 1")
+            + log_put_entry(b"eo/t/m/new", b"body"),
+            log_delete_entry(b"eo/t/o/old")
+            + log_delete_entry(b"eo/t/m/old")
+            + log_put_entry(unsettled_key(rec.key, b"d"), encode_unsettled(UnsettledRecord()))
+            + log_put_entry(b"eo/t/o/new", b"state 2"),
+            # a terminus dropped: only its own records go
+            log_drop_entry(unsettled_prefix(rec.key)),
+        ]
+        for blob in entries:
+            store.log_append(blob)
+        assert [(t.key.link_name, dict(t.unsettled)) for t in load_termini(store)] == [("a", {})]
+        assert fold_log(store) == 3
+        assert store.log_read() == []
+        assert list(store.scan(b"eo/")) == [(b"eo/t/m/new", b"body"), (b"eo/t/o/new", b"state 2")]
+        assert list(store.scan(b"eot/")) == [(b"eot/t", b"")]
+        assert list(store.scan(unsettled_prefix(rec.key))) == []
+        store.close()
+
     def test_termini_key_mismatch_and_orphans(self, store: TerminusStore) -> None:
         a, b_rec = self._terminus("a"), self._terminus("b")
         with store.batch() as b:

@@ -47,6 +47,10 @@ and never touch the records' B-tree (LMDB) or levels (LevelDB). Whoever reads th
 records replays the log over them first (`read_log`): `load_termini` in memory, and the router
 at start-up into the store (`fold_log`). A logged put of a terminus that is no longer stored
 (deleted after the entry was written) is dropped.
+
+The guaranteed topics' records (``eo/<topic>/...`` and the topics' marks ``eot/<topic>``,
+qrouter/guarantee.py) go through the same log and checkpoint (qrouter/_fast/eo_log.pxi);
+they belong to no terminus, so the fold keeps every logged put of theirs.
 """
 
 from __future__ import annotations
@@ -215,6 +219,9 @@ def delete_terminus(batch: Batch, key: TerminusKey) -> None:
 # ---- the record log ------------------------------------------------------------------
 
 _LOG_PUT, _LOG_DEL, _LOG_DROP = 0x50, 0x44, 0x58
+# the keys a log entry may name: delivery records, and the guaranteed topics' records
+GUARANTEE_PREFIXES = (b"eo/", b"eot/")
+_LOGGED_PREFIXES = (UNSETTLED_PREFIX, *GUARANTEE_PREFIXES)
 
 
 def log_drop_entry(prefix: bytes) -> bytes:
@@ -282,8 +289,8 @@ def read_log(store: TerminusStore) -> LogReplay:
                     out.drops.append(key)
                 else:
                     raise ValueError(f"unknown entry {op:#x}")
-                if not key.startswith(UNSETTLED_PREFIX):
-                    raise ValueError(f"key {key!r} is not a delivery record's")
+                if not key.startswith(_LOGGED_PREFIXES):
+                    raise ValueError(f"key {key!r} is not a delivery or guarantee record's")
         except ValueError as exc:
             raise StoreError(
                 f"{store.describe()}: record log entry {out.entries} is corrupt: {exc}"
@@ -306,8 +313,8 @@ def fold_log(store: TerminusStore) -> int:
         for key, value in replay.changes.items():
             if value is None:
                 b.delete(key)
-            elif _terminus_stored(store, key, alive):
-                b.put(key, value)
+            elif not key.startswith(UNSETTLED_PREFIX) or _terminus_stored(store, key, alive):
+                b.put(key, value)  # (a guaranteed topic's record has no terminus)
     store.flush()
     store.log_clear()
     return replay.entries
@@ -340,7 +347,7 @@ def load_termini(store: TerminusStore) -> list[TerminusRecord]:
             raise StoreError(f"{store.describe()}: record {skey!r}: delivery of no terminus")
         owner.unsettled[tag] = _decode_unsettled_at(store, skey, value)
     for skey, logged in replay.changes.items():
-        if logged is None:
+        if logged is None or not skey.startswith(UNSETTLED_PREFIX):
             continue
         digest, tag = _split_unsettled_key(store, skey)
         owner = by_digest.get(digest)

@@ -1,0 +1,49 @@
+# Guaranteed topics' records through the router's record log (qrouter/guarantee.py,
+# `Guarantees.flush`). (Included by engine.pyx.)
+#
+# A guaranteed topic's records (origin records b"eo/<topic>/o/<tag>", their bodies
+# b"eo/<topic>/m/<tag>", subscriber claims, the topic's mark b"eot/<topic>") go where the
+# durable links' records go (durable.pxi): each loop iteration's changes are log entries in
+# `Router.jlog`, appended to the store's record log by the group commit before any output
+# that depends on them, and kept net in `Router.journal` / `journal_del` until the
+# checkpoint, which commits them to the records in one transaction with the durable links'
+# and empties the log. One log and one checkpoint for both writers: the checkpoint empties
+# the log, so everything the log held must be in the net changes it commits, whoever wrote it.
+#
+# A record made and deleted within one checkpoint interval (almost every message's) is in
+# `Router.jborn` while it lives, so its delete only drops it from the net changes: it never
+# reaches the B-tree (LMDB) or levels (LevelDB).
+
+
+def log_entries(Router r, bytes blob not None):
+    """Record-log entries of the guaranteed topics' commit (`eo_core.log_records`, which
+    applied them to `journal`, `journal_del` and `jborn` already): appended to this
+    iteration's, for the group commit (`commit_logged`). Needs the store's committer."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(blob)
+    cdef Py_ssize_t need = r.jlog_n + n
+    cdef Py_ssize_t cap
+    cdef char* grown
+    if r.committer is None:
+        raise RuntimeError("the router has no record log (memory store)")
+    if need > r.jlog_cap:
+        cap = r.jlog_cap * 2 if r.jlog_cap else 65536
+        while cap < need:
+            cap *= 2
+        grown = <char*>realloc(r.jlog, cap)
+        if grown == NULL:
+            raise MemoryError()
+        r.jlog = grown
+        r.jlog_cap = cap
+    memcpy(r.jlog + r.jlog_n, PyBytes_AS_STRING(blob), n)
+    r.jlog_n = need
+
+
+def commit_logged(Router r):
+    """The group commit of the log entries pending (or the checkpoint, when due), now. True
+    once they are durable; False if the store is failing: they stay, and the output that
+    depends on them waits for `Router.retry_commit` (qrouter/store_health.py)."""
+    if r.store_down:
+        return False
+    if r.jlog_n or r.ckpt_failed:
+        return r.try_commit(r.ckpt_failed)
+    return True

@@ -1,0 +1,279 @@
+"""Guaranteed topics' records through the router's record log (qrouter/_fast/eo_log.pxi,
+`Guarantees.flush`): each loop iteration's records are log entries, kept net until the
+checkpoint, where they reach the store's records in one transaction with the durable links';
+a record made and deleted between two checkpoints never reaches them.
+
+The topic cores and the engine are driven without sockets (a committer that records what
+it is given); the
+crash test runs a router on LMDB with checkpoints held off (QROUTER_TEST_CHECKPOINT_SECONDS),
+SIGKILLs it with records only in the log, looks at the store it left, and restarts it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from qrouter._fast.engine import Router, log_entries
+
+from qrouter import stores
+from qrouter._fast.eo_core import OriginRecord
+from qrouter.client import Client
+from qrouter.client import Message as ClientMessage
+from qrouter.guarantee import Guarantees
+from qrouter.stores import open_store
+from qrouter.stores.termini import read_log
+from tests.client.conftest import run
+from tests.guarantee.common import topic_rows, wait_until
+from tests.harness import free_port
+
+TOPIC = "events"
+PREFIX = b"eo/t/"
+MARK = b"eot/t"
+
+
+class _Committer:
+    """The store side of `Router.commit_log`: what each call carried."""
+
+    def __init__(self) -> None:
+        self.appends: list[bytes] = []
+        self.checkpoints: list[tuple[dict[bytes, bytes], set[bytes]]] = []
+        self.fail = False
+
+    def __call__(
+        self, blob: bytes | None, puts: dict[bytes, bytes] | None, deletes: set[bytes] | None
+    ) -> None:
+        if self.fail:
+            raise OSError(28, "no space left")
+        if blob is not None:
+            self.appends.append(blob)
+        else:
+            assert puts is not None and deletes is not None
+            self.checkpoints.append((dict(puts), set(deletes)))
+
+
+def _guarantees() -> tuple[Guarantees, Router, _Committer]:
+    """A router's guaranteed topics on a store whose commits go through the engine's log."""
+    engine = Router("eolog-test")
+    committer = _Committer()
+    engine.committer = committer
+    core = SimpleNamespace(
+        config=SimpleNamespace(id="A", guarantee_timeout=30.0),
+        persistence=SimpleNamespace(store=SimpleNamespace(scan=lambda p: iter(())), health=None),
+        engine=engine,
+        mesh=None,
+        table=SimpleNamespace(guarantee=lambda topic: None),
+    )
+    return Guarantees(core), engine, committer  # type: ignore[arg-type]
+
+
+def _rec(out_tag: bytes, body: bytes | None = b"body") -> OriginRecord:
+    return OriginRecord(out_tag, ("pub", "p"), b"tag-" + out_tag, body, {("s", "l"): 0})
+
+
+def _commit(g: Guarantees, t: Any) -> None:
+    t._flush()
+    g.flush()
+
+
+def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() -> None:
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    new, old = _rec(b"N"), _rec(b"O", body=None)
+    t._save_origin(new, True)
+    _commit(g, t)
+    t._save_origin(new, False)  # an update: still made in this interval
+    t._save_origin(old, False)  # one the store may hold (recovered)
+    _commit(g, t)
+    t._delete_origin(new)
+    t._delete_origin(old)
+    _commit(g, t)
+    assert len(c.appends) == 3 and not c.checkpoints  # one append per commit, in order
+    assert PREFIX + b"m/N" in c.appends[0] and PREFIX + b"o/O" in c.appends[1]
+    replayed = _replay(c.appends)
+    assert replayed[PREFIX + b"o/N"] is None and replayed[PREFIX + b"o/O"] is None
+    engine.checkpoint()
+    # the new record went in the interval; the other (the store may hold it) is deleted
+    assert c.checkpoints == [({MARK: b""}, {PREFIX + b"o/O", PREFIX + b"m/O"})]
+    assert not engine.journal and not engine.journal_del and not engine.jborn
+    # alive at a checkpoint: it reaches the records, and its delete after it too
+    again = _rec(b"A")
+    t._save_origin(again, True)
+    _commit(g, t)
+    engine.checkpoint()
+    assert c.checkpoints[-1][0] == {
+        PREFIX + b"o/A": again.encode_state(),
+        PREFIX + b"m/A": b"body",
+        MARK: b"",
+    }
+    t._delete_origin(again)
+    _commit(g, t)
+    # deleted and saved again with a body in one commit, with the store holding the first:
+    # not made in the interval, so its delete reaches the records
+    t._save_origin(_rec(b"A"), True)
+    _commit(g, t)
+    t._delete_origin(_rec(b"A"))
+    _commit(g, t)
+    engine.checkpoint()
+    assert c.checkpoints[-1] == ({MARK: b""}, {PREFIX + b"o/A", PREFIX + b"m/A"})
+
+
+def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    applied: list[int] = []
+    c.fail = True
+    t._save_origin(_rec(b"F"), True)
+    t._flush()
+    g.stage(applied.append, (1,))
+    g.flush()
+    assert g.held and engine.store_down and applied == [] and not c.appends
+    g.flush()
+    assert applied == []  # held: nothing that depends on the records leaves
+    c.fail = False
+    assert engine.retry_commit()  # the engine's retry runs first (Core: health.retries)
+    assert g.retry()
+    assert applied == [1] and not g.held
+    assert len(c.appends) == 1 and PREFIX + b"o/F" in c.appends[0]
+
+
+def test_a_topic_made_at_run_time_reads_the_records_with_the_logged_changes() -> None:
+    # (a topic dropped idle and named again reads its records: the checkpointed ones, with
+    # what was logged since laid over them)
+    g, engine, _ = _guarantees()
+    stored = [
+        (PREFIX + b"m/A", b"a"),
+        (PREFIX + b"o/A", _rec(b"A").encode_state()),
+        (PREFIX + b"o/B", _rec(b"B").encode_state()),
+    ]
+    g.store = SimpleNamespace(scan=lambda p: iter([kv for kv in stored if kv[0].startswith(p)]))
+    t = g.topic("t")
+    assert t is not None
+    t._save_origin(_rec(b"C"), True)
+    t._save_origin(_rec(b"B", body=None), False)
+    _commit(g, t)
+    t._delete_origin(_rec(b"A"))
+    _commit(g, t)
+    assert list(g.backend_scan(PREFIX)) == [
+        (PREFIX + b"m/C", b"body"),
+        (PREFIX + b"o/B", _rec(b"B", body=None).encode_state()),
+        (PREFIX + b"o/C", _rec(b"C").encode_state()),
+    ]
+
+
+def test_memory_router_has_no_record_log() -> None:
+    with pytest.raises(RuntimeError, match="no record log"):
+        log_entries(Router("eolog-test"), b"D\x00\x01k")
+
+
+def _replay(appends: list[bytes]) -> dict[bytes, bytes | None]:
+    """The log entries as `read_log` replays them (the fold at start-up)."""
+    store = open_store("memory", None)
+    try:
+        for blob in appends:
+            store.log_append(blob)
+        return read_log(store).changes
+    finally:
+        store.close()
+
+
+def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None]]:
+    """What a dead router's LMDB store holds: its origin records, and the log's net changes."""
+    store = open_store("lmdb", str(path))
+    try:
+        stored = [k for k, _ in store.scan(b"eo/" + TOPIC.encode() + b"/o/")]
+        changes = {k: v for k, v in read_log(store).changes.items() if k.startswith(b"eo/")}
+    finally:
+        store.close()
+    return stored, changes
+
+
+@pytest.mark.skipif(not stores.available("lmdb"), reason="needs the lmdb store: pip install lmdb")
+def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
+    router: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QROUTER_TEST_CHECKPOINT_SECONDS", "3600")  # only at a clean stop
+    port = free_port()
+    path = tmp_path / "store"
+
+    def start(name: str) -> Any:
+        return router(
+            name,
+            router_id="r",
+            listeners=[{"port": port}],
+            addresses={TOPIC: "multicast,exactly-once"},
+            extra_args=["--store", "lmdb", "--store-path", str(path)],
+        )
+
+    r = start("r0")
+    url = r.url
+    n, m = 5, 20
+
+    async def scenario() -> None:
+        slow = {"backoff": (1.0, 1.0), "reconnect_timeout": 60.0, "connect_timeout": 3.0}
+        subc = await Client.connect(url, "sub", **slow)
+        receiver = await subc.receiver(TOPIC, "sub", exactly_once=True, credit=50)
+        await wait_until(
+            lambda: [row["subscribers"] for row in topic_rows(url)] == [1], 10, lambda: "sub"
+        )
+        pubc = await Client.connect(url, "pub", **slow)
+        sender = await pubc.sender(TOPIC, "pub", exactly_once=True)
+        futs = [sender.submit(ClientMessage(body=f"m{i}")) for i in range(n)]
+        held = [await receiver.receive(timeout=10) for _ in range(n)]
+        assert sorted(h.message.body for h in held) == [f"m{i}" for i in range(n)]
+        r.kill()
+
+        # the records were delivered from, so they are durable: in the log, not the records
+        stored, changes = await asyncio.to_thread(_logged, path)
+        assert stored == [], "a checkpoint ran: the test proves nothing"
+        origins = [k for k, v in changes.items() if b"/o/" in k and v is not None]
+        bodies = [v for k, v in changes.items() if b"/m/" in k and v is not None]
+        assert len(origins) == n and len(bodies) == n, changes
+
+        r1 = await asyncio.to_thread(start, "r1")
+        rows = await asyncio.to_thread(topic_rows, r1.url)
+        assert [(row["origin_records"], row["publishers"]) for row in rows] == [(n, 0)], rows
+        for h in held:  # the clients resume; accepting completes every delivery
+            await h.accept()
+        outcomes = await asyncio.wait_for(asyncio.gather(*futs), 30)
+        assert {o.state for o in outcomes} == {"accepted"}
+
+        # more messages, made and done within the interval: the log has them, the records not
+        got: list[str] = []
+
+        async def consume() -> None:
+            async for received in receiver:
+                got.append(received.message.body)
+                await received.accept()
+
+        task = asyncio.get_running_loop().create_task(consume())
+        more = [sender.submit(ClientMessage(body=f"x{i}")) for i in range(m)]
+        assert all(o.accepted for o in await asyncio.wait_for(asyncio.gather(*more), 30))
+        await wait_until(
+            lambda: [row["origin_records"] for row in topic_rows(url)] == [0],
+            30,
+            lambda: f"records: {topic_rows(url)}",
+        )
+        r1.kill()
+        stored, changes = await asyncio.to_thread(_logged, path)
+        # the records hold the first n (the fold at start put them) and nothing else; the
+        # log deletes them, and the m made since were put and deleted in the log alone
+        assert len(stored) == n and all(changes.get(k, b"") is None for k in stored), stored
+        origins = [k for k in changes if b"/o/" in k]
+        assert len(origins) == n + m and all(changes[k] is None for k in origins), changes
+
+        await asyncio.to_thread(start, "r2")
+        await asyncio.sleep(3.0)  # the clients are back (1 s backoff); a duplicate comes now
+        rows = await asyncio.to_thread(topic_rows, url)
+        assert [row["origin_records"] for row in rows] == [0], rows
+        task.cancel()
+        await pubc.close()
+        await subc.close()
+        # each once, and none of the first n again (the consumer takes whatever comes)
+        assert sorted(got, key=lambda b: int(b[1:])) == [f"x{i}" for i in range(m)], got
+
+    run(scenario(), timeout=120)
