@@ -10,7 +10,7 @@ import signal
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from qrouter import gc_tuning
+from qrouter import gc_tuning, heap_trim
 from qrouter._fast.engine import Connection, ReadGate
 from qrouter.busy_poll import BusyPoll
 from qrouter.config import ConfigError, ConnectorConfig, ListenerConfig, RouterConfig
@@ -461,6 +461,7 @@ async def serve(config: RouterConfig) -> int:
         loop.add_signal_handler(sig, server.stopping.set)
     log.info("router %s ready", config.id)
     gc_tuning.tune()
+    heap_trim.start()
     await server.stopping.wait()
     log.info("shutting down")
     await server.stop()

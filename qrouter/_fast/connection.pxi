@@ -1055,6 +1055,10 @@ cdef class Connection:
                 self.handler.on_detach(self, link, False, None)
         s.links.clear()
         s.attaching.clear()
+        # our handles hold the links and each link its session: a cycle that kept a closed
+        # connection (and its output buffer) until a full collection, which gc_tuning makes rare
+        del s.local_handles[:]
+        del s.blocked[:]
         self.sessions.pop(s.remote_channel, None)
         if s.channel < len(self.local_sessions):
             self.local_sessions[s.channel] = None
