@@ -6,7 +6,10 @@ intermediary process can do, i.e. the floor of a router on this machine.
 The kinds alternate (direct, relay, qrouter, relay × 2, qrouter × 2, then again `--repeat`
 times) so that load from elsewhere on the machine falls on all alike; each row is the median
 run by p99. The routers stay up for the whole scenario; a relay is started for each run
-(it relays to that run's receiver) and its CPU is read, as a router's, from schedstat.
+(it relays to that run's receiver) and its CPU is read, as a router's, from schedstat, and its
+wake-ups (voluntary context switches, /proc/PID/task/*/status) as a router's: a row's note
+gives them per message, so that a change in the wake-ups per message shows apart from a change
+in the work per wake-up.
 """
 
 from __future__ import annotations
@@ -61,11 +64,13 @@ def latency(b: Bench, m: ModuleType) -> None:
             if kind in routers:
                 rs = routers[kind]
                 ns0 = sum(r.run_ns() for r in rs)
+                w0 = sum(r.wakeups() for r in rs)
                 send = rs[0].port
                 run = m.run_load(cfg, rs[-1].port, addr, count=count, rate=rate, send_port=send)
                 for r in rs:
                     r.check()
                 run.router_cpu_s = (sum(r.run_ns() for r in rs) - ns0) / 1e9
+                run.router_wakeups = sum(r.wakeups() for r in rs) - w0
                 return run
             return through_relays(b, m, kind, addr, count)
 
@@ -127,12 +132,14 @@ def relay_run(
             relays.insert(0, relay)
             target = relay.port
         ns0 = sum(r.run_ns() for r in relays)
+        w0 = sum(r.wakeups() for r in relays)
         run = m.run_load(
             cfg, recv_port, addr, count=count, rate=rate, listen=True, send_port=target
         )
         for r in relays:
             r.check()
         run.router_cpu_s = (sum(r.run_ns() for r in relays) - ns0) / 1e9
+        run.router_wakeups = sum(r.wakeups() for r in relays) - w0
     return run
 
 
@@ -180,6 +187,9 @@ def rows_of(
             if relay and relay.router_cpu_s and run.router_cpu_s:
                 notes.append(f"CPU × relay {run.router_cpu_s / relay.router_cpu_s:.2f}")
             notes.append(TARGET if k == "qrouter (1 hop)" else "")
+        if run.router_wakeups is not None and run.sent:
+            # the intermediaries' (all hops') sleeps per message: the wake-ups they paid
+            notes.append(f"wake-ups/msg {run.router_wakeups / run.sent:.2f}")
         if run.other:
             notes.append(f"{run.other} not ACCEPTED")
         row.note = "; ".join(n for n in notes if n)

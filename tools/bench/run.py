@@ -87,6 +87,8 @@ class Run:
     # seconds the routers' threads were runnable but waiting for a CPU (schedstat): a run
     # slowed by other processes on the machine, not by the routers (issue 15's slow runs)
     router_wait_s: float | None = None
+    # the routers' (or relays') voluntary context switches over the run (Router.wakeups)
+    router_wakeups: int | None = None
 
 
 @dataclass
@@ -236,6 +238,21 @@ class Router:
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended meanwhile
+        return total
+
+    def wakeups(self) -> int:
+        """Voluntary context switches of all the router's threads so far: each is a sleep (in
+        epoll_wait, a lock, a blocking call) that a later wake-up ended (proc(5):
+        /proc/PID/task/*/status). Over a run at a low rate it counts the router's wake-ups."""
+        assert self.proc is not None
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
             except (OSError, ValueError, IndexError):
                 pass  # a thread that ended meanwhile
         return total
