@@ -205,7 +205,6 @@ class TopicMemory(dict[bytes, bytes]):
     origins: dict[bytes, OriginRecord | bytes]
     bodies: dict[bytes, bytes]
 
-
 def log_records(
     cores: list[Any],
     loose: dict[bytes, Any],
