@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from unittest import mock
 
 import pytest
@@ -64,3 +65,41 @@ def test_start_is_off_without_malloc_trim() -> None:
     with mock.patch.object(heap_trim, "MALLOC_TRIM", None):
         assert asyncio.run(main()) is False
         assert heap_trim.trim() is False
+
+
+def test_a_slow_pass_puts_the_next_one_off() -> None:
+    """A pass blocks the loop: one that took 5 ms is not followed by another for 5 s, so
+    trimming a large heap takes at most 0.1% of the loop's time."""
+    assert heap_trim.next_delay(1.0, 0.0002) == 1.0
+    assert heap_trim.next_delay(1.0, 0.005) == pytest.approx(5.0)
+    assert heap_trim.next_delay(0.01, 0.001) == pytest.approx(1.0)
+
+
+@needs_glibc
+def test_the_loop_spaces_slow_passes() -> None:
+    delays: list[float] = []
+
+    def slow(pad: int) -> int:
+        time.sleep(0.002)
+        return 0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        real = loop.call_later
+
+        def spy(delay: float, cb: object, *args: object) -> asyncio.TimerHandle:
+            if getattr(cb, "__name__", "") == "tick":  # not the test's own sleeps
+                delays.append(delay)
+            return real(min(delay, 0.01), cb, *args)  # type: ignore[arg-type]
+
+        with mock.patch.object(loop, "call_later", spy):
+            heap_trim.start(interval=0.01)
+            for _ in range(500):  # bounded: 5 s at most
+                if len(delays) >= 3:
+                    break
+                await asyncio.sleep(0.01)
+
+    with mock.patch.object(heap_trim, "MALLOC_TRIM", side_effect=slow):
+        asyncio.run(main())
+    assert delays[0] == 0.01  # the first pass: the interval
+    assert all(d >= 2.0 for d in delays[1:3]), delays  # after a 2 ms pass: 2 s at least
