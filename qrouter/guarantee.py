@@ -308,6 +308,16 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self._note_guarantees()
         return t
 
+    def _new_attachment_id(self, t: TopicRouter) -> AttId:
+        """`t.new_attachment_id`, unique among all the router's topics: `subs` (and the
+        engine's outputs, which find a subscriber's link there) holds every topic's
+        attachments, so two topics' first subscribers must not both be (router, instance, 1):
+        the second one's link would take the first one's deliveries."""
+        t._next_att = max(t.next_att, self.next_att)
+        att: AttId = t.new_attachment_id()
+        self.next_att = att[2]
+        return att
+
     def _note_guarantees(self) -> None:
         """The journal directory's guarantees.json names the topics for the audit's verdict."""
         if self.journal_dir is None:
@@ -548,7 +558,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             t.subscriber_detached(old.att, False, self.now())
         peer_map = _unsettled(fields.get("unsettled")) if t.eo else {}
         resumable = durable == 2
-        att = t.new_attachment_id()
+        att = self._new_attachment_id(t)
         link.journal_address = address
         s = EoSub(self, att, sub, address, link, resumable)
         self.subs[att] = s
