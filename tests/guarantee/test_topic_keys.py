@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from qrouter._fast.eo_core import commit_memory, scan_memory
 from qrouter.client import Client
 from qrouter.client import Message as ClientMessage
 from qrouter.eo.keys import LAYOUT_KEY, escape_topic, legacy_moves, topic_prefix
@@ -64,6 +65,20 @@ def test_legacy_keys_go_to_the_longest_topic_they_can_be_records_of() -> None:
     assert orphans == [b"eo/gone/o/t6"]
     # the layout mark is in no topic's range (and never moved)
     assert legacy_moves(["", "%layout"], [LAYOUT_KEY]) == ({}, [])
+
+
+def test_memory_records_of_x_and_x_slash_o_stay_apart() -> None:
+    # no store: the records are kept per topic prefix (commit_memory); a key goes to the
+    # topic whose prefix it has, and a topic's scan reads its own records only
+    px, pxo = topic_prefix("x"), topic_prefix("x/o")
+    memory: dict[bytes, bytes] = {}
+    topics: dict[bytes, dict[bytes, bytes]] = {px: {}, pxo: {}}
+    loose: dict[bytes, bytes | None] = {px + b"k/s1": b"1", pxo + b"k/s2": b"2", b"eot/x": b""}
+    commit_memory([], loose, memory, topics)
+    assert topics == {px: {b"k/s1": b"1"}, pxo: {b"k/s2": b"2"}}
+    assert scan_memory(px, memory, topics) == [(px + b"k/s1", b"1")]
+    assert scan_memory(pxo, memory, topics) == [(pxo + b"k/s2", b"2")]
+    assert scan_memory(b"eot/", memory, topics) == [(b"eot/x", b"")]
 
 
 def _durable_store(tmp_path: Path) -> tuple[str, list[str]]:
