@@ -70,6 +70,16 @@ from qrouter._fast.eo_core import (
 )
 from qrouter.eo import EXACTLY_ONCE, AttId, Pub, Sub, TopicRouter
 from qrouter.eo.dedup import AcceptedTags
+from qrouter.eo.keys import (
+    LAYOUT_ESCAPED,
+    LAYOUT_KEY,
+    RECORDS,
+    TOPIC_MARK,
+    escape_topic,
+    legacy_moves,
+    topic_mark,
+    topic_prefix,
+)
 from qrouter.eo.messages import make
 from qrouter.eo.records import OriginRecord
 from qrouter.journal import origin_id
@@ -86,7 +96,6 @@ TERMINAL = (0x24, 0x25, 0x26, 0x27)  # accepted, rejected, released, modified
 ACCEPTED_STATE = Described(ULong(ACCEPTED), [])
 PUBLISHER_WINDOW = 500  # unaccepted deliveries a publisher may have in flight per link
 TICK = 0.25  # seconds between TopicRouter ticks (PING barrier, ASK, timeouts)
-TOPIC_MARK = b"eot/"
 MAX_MISMATCHES = 1024  # (router, topic) mismatches remembered, to log each once
 GUARANTEES_FILE = "guarantees.json"  # in the journal directory: what the audit verifies  # store: one key per topic with records, to find them at start
 
@@ -145,8 +154,8 @@ class _TopicStore:
 
     def __init__(self, g: Guarantees, topic: str) -> None:
         self.g = g
-        self.prefix = b"eo/" + topic.encode() + b"/"
-        self.mark = TOPIC_MARK + topic.encode()
+        self.prefix = topic_prefix(topic)  # escaped: no other topic's keys in its range
+        self.mark = topic_mark(topic)
 
     def commit(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
         if stage_writes(self.g.loose, self.prefix, puts, None, deletes):
@@ -238,6 +247,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         recover = getattr(self.core.persistence, "recover", None)
         if recover is not None:
             recover()  # a previous run's record log folded into the records first
+        self._escape_keys()
         for key, _ in list(self.backend_scan(TOPIC_MARK)):
             topic = key[len(TOPIC_MARK) :].decode()
             if self.core.table.guarantee(topic) is None:
@@ -246,6 +256,33 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         if self.topics:
             log.info("guaranteed topics recovered from the store: %s", ", ".join(self.topics))
         self._ticker = self.loop.create_task(self._tick())
+
+    def _escape_keys(self) -> None:
+        """A store written before the topics' names were escaped in their keys
+        (qrouter/eo/keys.py): the records of the topics whose key changes moved to it, with
+        `LAYOUT_KEY`, in one commit, before any topic reads its records. A store that cannot
+        take it stops the start: reading the old keys would misread them."""
+        if self.store is None or any(k == LAYOUT_KEY for k, _ in self.backend_scan(LAYOUT_KEY)):
+            return
+        topics = [k[len(TOPIC_MARK) :].decode() for k, _ in self.backend_scan(TOPIC_MARK)]
+        moves: dict[bytes, bytes] = {}
+        if any(escape_topic(t) != t.encode() for t in topics):
+            records = dict(self.backend_scan(RECORDS))
+            moves, orphans = legacy_moves(topics, records)
+            if orphans:
+                log.warning(
+                    "store: %d records under eo/ of no topic left as they are, e.g. %r",
+                    len(orphans),
+                    orphans[0],
+                )
+            self.loose.update(dict.fromkeys(moves))  # the deletes first: a new key may be
+            self.loose.update({new: records[old] for old, new in moves.items()})  # an old one
+        self.loose[LAYOUT_KEY] = LAYOUT_ESCAPED
+        self.flush()
+        if self.held:
+            raise RuntimeError("store: cannot write the escaped keys of the guaranteed topics")
+        if moves:
+            log.warning("store: %d records moved to their topics' escaped keys", len(moves))
 
     def stop(self) -> None:
         if self._ticker is not None:
@@ -307,6 +344,16 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         log.info("guaranteed topic %r (%s)", name, mode)
         self._note_guarantees()
         return t
+
+    def _new_attachment_id(self, t: TopicRouter) -> AttId:
+        """`t.new_attachment_id`, unique among all the router's topics: `subs` (and the
+        engine's outputs, which find a subscriber's link there) holds every topic's
+        attachments, so two topics' first subscribers must not both be (router, instance, 1):
+        the second one's link would take the first one's deliveries."""
+        t._next_att = max(t.next_att, self.next_att)
+        att: AttId = t.new_attachment_id()
+        self.next_att = att[2]
+        return att
 
     def _note_guarantees(self) -> None:
         """The journal directory's guarantees.json names the topics for the audit's verdict."""
@@ -548,7 +595,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             t.subscriber_detached(old.att, False, self.now())
         peer_map = _unsettled(fields.get("unsettled")) if t.eo else {}
         resumable = durable == 2
-        att = t.new_attachment_id()
+        att = self._new_attachment_id(t)
         link.journal_address = address
         s = EoSub(self, att, sub, address, link, resumable)
         self.subs[att] = s

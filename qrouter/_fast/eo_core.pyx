@@ -1251,7 +1251,7 @@ cdef class EoCore:
     # commits go to the store object at the end of each input
     cdef public object _commit_to
     cdef list _commit_list
-    cdef public bytes _prefix  # the topic's key prefix in the router's store
+    cdef public bytes _prefix  # the topic's key prefix in the store (qrouter/eo/keys.py)
     cdef public bytes _mark  # the topic's mark key (put with any commit that puts)
     cdef public bint _marked  # the staged writes put something: the mark is due
     cdef public bint _committing  # in _commit_list

@@ -1,8 +1,9 @@
 # Guaranteed topics' records through the router's record log (qrouter/guarantee.py,
 # `Guarantees.flush`). (Included by engine.pyx.)
 #
-# A guaranteed topic's records (origin records b"eo/<topic>/o/<tag>", their bodies
-# b"eo/<topic>/m/<tag>", subscriber claims, the topic's mark b"eot/<topic>") go where the
+# A guaranteed topic's records (origin records b"eo/<escaped topic>/o/<tag>", their bodies
+# b"eo/<escaped topic>/m/<tag>", subscriber claims, the topic's mark b"eot/<topic>": the
+# escape, qrouter/eo/keys.py, keeps every topic's range free of others' keys) go where the
 # durable links' records go (durable.pxi): each loop iteration's changes are log entries in
 # `Router.jlog`, appended to the store's record log by the group commit before any output
 # that depends on them, and kept net in `Router.journal` / `journal_del` until the

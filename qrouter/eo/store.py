@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from qrouter.eo.keys import topic_prefix
+
 
 class RecordStore(Protocol):
     def commit(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
@@ -38,11 +40,12 @@ class MemoryRecordStore:
 
 
 class TerminusRecordStore:
-    """Records of one topic inside a `qrouter.stores.TerminusStore`, under ``eo/<topic>/``."""
+    """Records of one topic inside a `qrouter.stores.TerminusStore`, under ``eo/<escaped topic>/``
+    (qrouter/eo/keys.py: no other topic's keys in its range)."""
 
     def __init__(self, store: Any, topic: str) -> None:
         self.store = store
-        self.prefix = b"eo/" + topic.encode() + b"/"
+        self.prefix = topic_prefix(topic)
 
     def commit(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
         with self.store.batch() as batch:

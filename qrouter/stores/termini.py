@@ -48,8 +48,8 @@ records replays the log over them first (`read_log`): `load_termini` in memory, 
 at start-up into the store (`fold_log`). A logged put of a terminus that is no longer stored
 (deleted after the entry was written) is dropped.
 
-The guaranteed topics' records (``eo/<topic>/...`` and the topics' marks ``eot/<topic>``,
-qrouter/guarantee.py) go through the same log and checkpoint (qrouter/_fast/eo_log.pxi);
+The guaranteed topics' records (``eo/<escaped topic>/...`` and the topics' marks
+``eot/<topic>``, qrouter/eo/keys.py and qrouter/guarantee.py) go through the same log and checkpoint (qrouter/_fast/eo_log.pxi);
 they belong to no terminus, so the fold keeps every logged put of theirs.
 """
 
