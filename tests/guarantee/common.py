@@ -109,6 +109,21 @@ def topic_rows(url: str) -> list[dict[str, Any]]:
         return c.query("topic")
 
 
+async def subscriber_then_publisher(
+    url: str, credit: int, **client_opts: Any
+) -> tuple[Client, Any, Client, Any]:
+    """On one router: an exactly-once subscriber "sub" of TOPIC, known to the topic (its
+    management row), then a publisher "pub": (its client, receiver, its client, sender)."""
+    subc = await Client.connect(url, "sub", **client_opts)
+    receiver = await subc.receiver(TOPIC, "sub", exactly_once=True, credit=credit)
+    await wait_until(
+        lambda: [row["subscribers"] for row in topic_rows(url)] == [1], 10, lambda: "sub"
+    )
+    pubc = await Client.connect(url, "pub", **client_opts)
+    sender = await pubc.sender(TOPIC, "pub", exactly_once=True)
+    return subc, receiver, pubc, sender
+
+
 async def records_held(urls: Sequence[str]) -> dict[str, tuple[int, int]]:
     """url -> (origin records, local records) summed over its topics."""
     out = {}

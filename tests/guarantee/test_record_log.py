@@ -20,13 +20,12 @@ from qrouter._fast.engine import Router, log_entries
 
 from qrouter import stores
 from qrouter._fast.eo_core import OriginRecord
-from qrouter.client import Client
 from qrouter.client import Message as ClientMessage
 from qrouter.guarantee import Guarantees
 from qrouter.stores import open_store
 from qrouter.stores.termini import read_log
 from tests.client.conftest import run
-from tests.guarantee.common import topic_rows, wait_until
+from tests.guarantee.common import subscriber_then_publisher, topic_rows, wait_until
 from tests.harness import free_port
 
 TOPIC = "events"
@@ -215,13 +214,7 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
 
     async def scenario() -> None:
         slow = {"backoff": (1.0, 1.0), "reconnect_timeout": 60.0, "connect_timeout": 3.0}
-        subc = await Client.connect(url, "sub", **slow)
-        receiver = await subc.receiver(TOPIC, "sub", exactly_once=True, credit=50)
-        await wait_until(
-            lambda: [row["subscribers"] for row in topic_rows(url)] == [1], 10, lambda: "sub"
-        )
-        pubc = await Client.connect(url, "pub", **slow)
-        sender = await pubc.sender(TOPIC, "pub", exactly_once=True)
+        subc, receiver, pubc, sender = await subscriber_then_publisher(url, 50, **slow)
         futs = [sender.submit(ClientMessage(body=f"m{i}")) for i in range(n)]
         held = [await receiver.receive(timeout=10) for _ in range(n)]
         assert sorted(h.message.body for h in held) == [f"m{i}" for i in range(n)]

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from qrouter import stores
-from qrouter.client import Client, Outcome
 from qrouter.client import Message as ClientMessage
+from qrouter.client import Outcome
 from tests.client.conftest import run
-from tests.guarantee.common import topic_rows, wait_until
+from tests.guarantee.common import subscriber_then_publisher, wait_until
 from tests.harness import free_port
 
 TOPIC = "events"
@@ -50,13 +50,7 @@ def test_failing_commits_hold_the_topic_and_lose_no_body(
     url = r.url
 
     async def scenario() -> None:
-        subc = await Client.connect(url, "sub", **SLOW)
-        receiver = await subc.receiver(TOPIC, "sub", exactly_once=True, credit=50)
-        await wait_until(
-            lambda: [row["subscribers"] for row in topic_rows(url)] == [1], 10, lambda: "sub"
-        )
-        pubc = await Client.connect(url, "pub", **SLOW)
-        sender = await pubc.sender(TOPIC, "pub", exactly_once=True)
+        subc, receiver, pubc, sender = await subscriber_then_publisher(url, 50, **SLOW)
         bodies: list[str] = []
 
         async def consume() -> None:

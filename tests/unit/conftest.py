@@ -161,3 +161,14 @@ def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RouterConfig]]:
     root.setLevel(saved[0])
     root.handlers[:] = saved[1]
     root.propagate = saved[2]
+
+
+@pytest.fixture(scope="module")
+def load_bin() -> Path:
+    """amqp_load, the bench's proton-C yardstick (tests/unit/test_bench_*.py)."""
+    from qrouter_tools.bench.run import BenchError, find_load_client
+
+    try:
+        return find_load_client(None)
+    except BenchError as e:
+        pytest.skip(f"amqp_load, the proton-C yardstick, cannot be built here: {e}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from qrouter.eo.dedup import AcceptedTags
 
@@ -53,52 +53,62 @@ class Model:
                 del self.links[key]
 
 
+Key = tuple[str, tuple[str, str]]
+
+
+def against_the_model(
+    seed: int,
+    first: Key,
+    next_key: Callable[[random.Random, Key], Key],
+    p_add: float,
+    probe_key: Callable[[random.Random, Key], Key],
+) -> None:
+    """300 random adds (share `p_add`), look-ups (of `probe_key`'s key) and expiries on the
+    compiled AcceptedTags and the model, the link of each step from `next_key`: the answers,
+    sizes and evictions the same after every step."""
+    rnd = random.Random(seed)
+    per_link, total = rnd.randint(1, 8), rnd.randint(1, 20)
+    model, real = Model(5.0, per_link, total), AcceptedTags(5.0, per_link, total)
+    key = first
+    now = 0.0
+    for _ in range(300):
+        now += rnd.random()
+        key = next_key(rnd, key)
+        tag = bytes([rnd.randint(0, 9)])
+        op = rnd.random()
+        if op < p_add:
+            model.add(key, tag, now)
+            real.add(key, tag, now)
+        elif op < 0.9:
+            probe = probe_key(rnd, key)
+            assert real.accepted(probe, tag, now) == model.accepted(probe, tag, now), seed
+        else:
+            model.expire(now)
+            real.expire(now)
+        assert (len(real), real.evicted) == (model.size(), model.evicted), seed
+
+
 def test_compiled_accepted_tags_matches_the_model() -> None:
     for seed in range(200):
-        rnd = random.Random(seed)
-        per_link, total = rnd.randint(1, 8), rnd.randint(1, 20)
-        model, real = Model(5.0, per_link, total), AcceptedTags(5.0, per_link, total)
-        now = 0.0
-        for _ in range(300):
-            now += rnd.random()
-            key = ("topic", ("container", str(rnd.randint(0, 4))))
-            tag = bytes([rnd.randint(0, 9)])
-            op = rnd.random()
-            if op < 0.6:
-                model.add(key, tag, now)
-                real.add(key, tag, now)
-            elif op < 0.9:
-                assert real.accepted(key, tag, now) == model.accepted(key, tag, now), seed
-            else:
-                model.expire(now)
-                real.expire(now)
-            assert (len(real), real.evicted) == (model.size(), model.evicted), seed
+        against_the_model(
+            seed,
+            ("topic", ("container", "0")),
+            lambda rnd, _: ("topic", ("container", str(rnd.randint(0, 4)))),
+            0.6,
+            lambda _, key: key,
+        )
 
 
 def test_a_link_that_goes_on_publishing_keeps_its_place_as_the_model() -> None:
     """The engine passes each link's own key object (EoPub.key) every time, and the compiled
     one skips moving a key that is already the last added: runs of one link between others,
     expiries that drop the last link, and caps that evict must still match the model."""
+    keys = [("topic", ("container", str(i))) for i in range(4)]  # one object per link
     for seed in range(200):
-        rnd = random.Random(seed)
-        per_link, total = rnd.randint(1, 8), rnd.randint(1, 20)
-        model, real = Model(5.0, per_link, total), AcceptedTags(5.0, per_link, total)
-        keys = [("topic", ("container", str(i))) for i in range(4)]  # one object per link
-        key = keys[0]
-        now = 0.0
-        for _ in range(300):
-            now += rnd.random()
-            if rnd.random() < 0.2:
-                key = rnd.choice(keys)  # otherwise the same link again
-            tag = bytes([rnd.randint(0, 9)])
-            op = rnd.random()
-            if op < 0.7:
-                model.add(key, tag, now)
-                real.add(key, tag, now)
-            elif op < 0.9:
-                probe = rnd.choice(keys)
-                assert real.accepted(probe, tag, now) == model.accepted(probe, tag, now), seed
-            else:
-                model.expire(now)
-                real.expire(now)
-            assert (len(real), real.evicted) == (model.size(), model.evicted), seed
+        against_the_model(
+            seed,
+            keys[0],
+            lambda rnd, key: rnd.choice(keys) if rnd.random() < 0.2 else key,  # or the same
+            0.7,
+            lambda rnd, _: rnd.choice(keys),
+        )

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 from qrouter_tools.bench.run import (
-    BenchError,
     _report,
-    find_load_client,
     find_relay,
     run_of,
     wait_listening,
@@ -103,14 +101,6 @@ def test_a_refused_onward_connection_closes_the_client(relay_bin: Path) -> None:
     with relay(relay_bin, dead) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as client:
             assert client.recv(10) == b""
-
-
-@pytest.fixture(scope="module")
-def load_bin() -> Path:
-    try:
-        return find_load_client(None)
-    except BenchError as e:
-        pytest.skip(f"amqp_load, the proton-C yardstick, cannot be built here: {e}")
 
 
 @pytest.mark.parametrize("hops", [1, 2])

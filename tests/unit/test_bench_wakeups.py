@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from qrouter_tools.bench import latency
 from qrouter_tools.bench import run as bench
-from qrouter_tools.bench.run import BenchError, Config, Router, find_load_client, find_relay
+from qrouter_tools.bench.run import Config, Router, find_relay
 
 COUNT = 300
 RATE = 300  # messages 3.3 ms apart: the sender's 1 ms timer sends each on its own
@@ -29,14 +29,6 @@ def config(load: Path, logs: Path) -> Config:
     return Config(
         load=load, count=COUNT, repeat=1, body=100, credit=100, rate=RATE, idle_n=0, logs=logs
     )
-
-
-@pytest.fixture(scope="module")
-def load_bin() -> Path:
-    try:
-        return find_load_client(None)
-    except BenchError as e:
-        pytest.skip(f"amqp_load, the proton-C yardstick, cannot be built here: {e}")
 
 
 def test_a_message_costs_the_router_at_most_two_wake_ups(load_bin: Path, tmp_path: Path) -> None:
