@@ -124,6 +124,39 @@ async def subscriber_then_publisher(
     return subc, receiver, pubc, sender
 
 
+def accept_all(receiver: Any, bodies: list[str]) -> asyncio.Task[None]:
+    """A task that accepts every message `receiver` gets, its body appended to `bodies`
+    first (cancel it when done)."""
+
+    async def consume() -> None:
+        async for received in receiver:
+            bodies.append(received.message.body)
+            await received.accept()
+
+    return asyncio.get_running_loop().create_task(consume())
+
+
+def lmdb_topic_router(router: Any, name: str, port: int, store: Any) -> Any:
+    """The `router` fixture's router "r" on `port`, TOPIC exactly-once, its LMDB store in
+    `store` (a path): the same router again after a kill, if started again."""
+    return router(
+        name,
+        router_id="r",
+        listeners=[{"port": port}],
+        addresses={TOPIC: "multicast,exactly-once"},
+        extra_args=["--store", "lmdb", "--store-path", str(store)],
+    )
+
+
+async def publish_and_hold(sender: Any, receiver: Any, n: int) -> tuple[list[Any], list[Any]]:
+    """Messages m0..m<n-1> published; each received and held (not accepted yet): (the
+    publisher's outcome futures, the received messages)."""
+    futs = [sender.submit(Message(body=f"m{i}")) for i in range(n)]
+    held = [await receiver.receive(timeout=10) for _ in range(n)]
+    assert sorted(h.message.body for h in held) == [f"m{i}" for i in range(n)]
+    return futs, held
+
+
 async def records_held(urls: Sequence[str]) -> dict[str, tuple[int, int]]:
     """url -> (origin records, local records) summed over its topics."""
     out = {}

@@ -25,7 +25,14 @@ from qrouter.guarantee import Guarantees
 from qrouter.stores import open_store
 from qrouter.stores.termini import read_log
 from tests.client.conftest import run
-from tests.guarantee.common import subscriber_then_publisher, topic_rows, wait_until
+from tests.guarantee.common import (
+    accept_all,
+    lmdb_topic_router,
+    publish_and_hold,
+    subscriber_then_publisher,
+    topic_rows,
+    wait_until,
+)
 from tests.harness import free_port
 
 TOPIC = "events"
@@ -200,13 +207,7 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
     path = tmp_path / "store"
 
     def start(name: str) -> Any:
-        return router(
-            name,
-            router_id="r",
-            listeners=[{"port": port}],
-            addresses={TOPIC: "multicast,exactly-once"},
-            extra_args=["--store", "lmdb", "--store-path", str(path)],
-        )
+        return lmdb_topic_router(router, name, port, path)
 
     r = start("r0")
     url = r.url
@@ -215,9 +216,7 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
     async def scenario() -> None:
         slow = {"backoff": (1.0, 1.0), "reconnect_timeout": 60.0, "connect_timeout": 3.0}
         subc, receiver, pubc, sender = await subscriber_then_publisher(url, 50, **slow)
-        futs = [sender.submit(ClientMessage(body=f"m{i}")) for i in range(n)]
-        held = [await receiver.receive(timeout=10) for _ in range(n)]
-        assert sorted(h.message.body for h in held) == [f"m{i}" for i in range(n)]
+        futs, held = await publish_and_hold(sender, receiver, n)
         r.kill()
 
         # the records were delivered from, so they are durable: in the log, not the records
@@ -238,12 +237,7 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
         # more messages, made and done within the interval: the log has them, the records not
         got: list[str] = []
 
-        async def consume() -> None:
-            async for received in receiver:
-                got.append(received.message.body)
-                await received.accept()
-
-        task = asyncio.get_running_loop().create_task(consume())
+        task = accept_all(receiver, got)
         more = [sender.submit(ClientMessage(body=f"x{i}")) for i in range(m)]
         assert all(o.accepted for o in await asyncio.wait_for(asyncio.gather(*more), 30))
         await wait_until(

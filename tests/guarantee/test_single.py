@@ -14,9 +14,13 @@ import pytest
 from proton import Delivery, Message, Timeout
 from proton.utils import BlockingConnection
 
-from qrouter.client import Message as ClientMessage
 from tests.client.conftest import run
-from tests.guarantee.common import subscriber_then_publisher, topic_rows, wait_until
+from tests.guarantee.common import (
+    publish_and_hold,
+    subscriber_then_publisher,
+    topic_rows,
+    wait_until,
+)
 from tests.harness import free_port, retry
 
 TOPIC = "events"
@@ -106,9 +110,7 @@ def test_restart_recovers_the_records_then_clients_finish(router: Any) -> None:
     async def scenario() -> None:
         slow = {"backoff": (2.0, 2.0), "reconnect_timeout": 60.0, "connect_timeout": 3.0}
         subc, receiver, pubc, sender = await subscriber_then_publisher(url, 20, **slow)
-        futs = [sender.submit(ClientMessage(body=f"m{i}")) for i in range(n)]
-        held = [await receiver.receive(timeout=10) for _ in range(n)]
-        assert sorted(h.message.body for h in held) == [f"m{i}" for i in range(n)]
+        futs, held = await publish_and_hold(sender, receiver, n)
         assert not any(f.done() for f in futs), "nothing accepted before the subscriber did"
         r.kill()
         r2 = await asyncio.to_thread(

@@ -21,7 +21,12 @@ from qrouter import stores
 from qrouter.client import Message as ClientMessage
 from qrouter.client import Outcome
 from tests.client.conftest import run
-from tests.guarantee.common import subscriber_then_publisher, wait_until
+from tests.guarantee.common import (
+    accept_all,
+    lmdb_topic_router,
+    subscriber_then_publisher,
+    wait_until,
+)
 from tests.harness import free_port
 
 TOPIC = "events"
@@ -35,16 +40,9 @@ def test_failing_commits_hold_the_topic_and_lose_no_body(
     flag = tmp_path / "store-full"
     monkeypatch.setenv("QROUTER_TEST_STORE_FAIL", str(flag))
     port = free_port()
-    args = ["--store", "lmdb", "--store-path", str(tmp_path / "store")]
 
     def start(name: str) -> Any:
-        return router(
-            name,
-            router_id="r",
-            listeners=[{"port": port}],
-            addresses={TOPIC: "multicast,exactly-once"},
-            extra_args=args,
-        )
+        return lmdb_topic_router(router, name, port, tmp_path / "store")
 
     r = start("r0")
     url = r.url
@@ -53,12 +51,7 @@ def test_failing_commits_hold_the_topic_and_lose_no_body(
         subc, receiver, pubc, sender = await subscriber_then_publisher(url, 50, **SLOW)
         bodies: list[str] = []
 
-        async def consume() -> None:
-            async for received in receiver:
-                bodies.append(received.message.body)
-                await received.accept()
-
-        task = asyncio.get_running_loop().create_task(consume())
+        task = accept_all(receiver, bodies)
 
         async def publish(first: int, n: int) -> list[asyncio.Future[Outcome]]:
             return [sender.submit(ClientMessage(body=f"m{i}")) for i in range(first, first + n)]
