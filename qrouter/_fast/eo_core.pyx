@@ -1438,6 +1438,30 @@ cdef class EoCore:
         else:
             raise _ProtocolError(f"unknown record {op!r}")
 
+    cdef _c_own(self, msg):
+        """One of our own messages, from the loopback (_c_flush). A record goes straight to its
+        handler: this core made it of values it had checked already (a view's attachments, a
+        subscriber's id, a record's publisher and tag), so none of the checks of a peer's
+        (_c_handle_rec) and no copy; the same handler, sender and arguments as through
+        _c_handle, so the same decisions. A map (protocol.py's) goes through _c_handle."""
+        cdef tuple m
+        if type(msg) is not tuple:
+            self._c_handle(self.router_id, msg)
+            return
+        m = <tuple>msg
+        if len(m) == 7:  # (only FWD has seven fields)
+            self._c_on_fwd(self.router_id, m[2], m[3], m[4], m[5], m[6])
+            return
+        op = m[0]
+        if op == "SETTLE":
+            self._c_on_settle(self.router_id, m[2], m[3])
+        elif op == "SEEN":
+            self._c_on_seen(m[2], m[3])
+        elif op == "ACCEPT":
+            self._c_on_accept(m[2], m[3])
+        else:
+            self._c_handle_rec(self.router_id, m)  # (none today: its error, as before)
+
     cdef _c_handle(self, sender, msg):
         if type(msg) is tuple:
             self._c_handle_rec(sender, <tuple>msg)
@@ -1974,7 +1998,8 @@ cdef class EoCore:
         self._dels.add(key)
 
     cdef _c_to_router(self, router, msg):
-        if router == self.router_id:
+        # (our own id is the object the core was given: most calls to ourselves pass it)
+        if router is self.router_id or router == self.router_id:
             self._loopback.append(msg)
         elif router in self._up:
             if type(msg) is tuple and router not in self._records_ok:
@@ -1989,7 +2014,7 @@ cdef class EoCore:
         """End of an input: our own messages, then the commit, then every output in order."""
         loopback = self._loopback
         while loopback:
-            self._c_handle(self.router_id, loopback.popleft())
+            self._c_own(loopback.popleft())
         cdef dict puts, dirty, bodies, gone
         cdef set dels
         g = self._commit_to
