@@ -192,3 +192,37 @@ def test_chaos_routers_killed_and_restarted(router: Any, guarantee: str) -> None
             await c.close()
 
     run(scenario(), timeout=seconds + 200)
+
+
+@pytest.mark.skipif(
+    not DURABLE,
+    reason="the router restarts on its store: runs in the lmdb and leveldb tox envs (QROUTER_STORE)",
+)
+def test_origin_that_is_also_a_subscriber_router_killed_mid_stream(router: Any) -> None:
+    # A drives every message and has a subscriber of its own, so it sends FWD, ACCEPT, SETTLE
+    # and SEEN to itself (its loopback) as well as to B and C; A is SIGKILLed mid-stream and
+    # restarted on its store, its publisher and subscriber come back to it (A only), and every
+    # subscriber still processes every message exactly once
+    tri = Routers(router)
+
+    async def scenario() -> None:
+        subs = [
+            await Subscriber.start([tri.url("A")], "sub-A", TOPIC),
+            await Subscriber.start(tri.urls("B"), "sub-B", TOPIC),
+            await Subscriber.start(tri.urls("C"), "sub-C", TOPIC),
+        ]
+        await wait_subscribers_known(tri, len(subs))
+        pub = await Publisher.start([tri.url("A")], "pub-A", TOPIC, window=10)
+        task = asyncio.get_running_loop().create_task(pub.publish(400, pace=0.005))
+        await wait_until(lambda: pub.sent > 120, 30, lambda: f"sent {pub.sent}")
+        tri.r["A"].kill()
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(tri.start, "A")
+        await asyncio.wait_for(task, 120)
+        await drained(tri, [pub], subs, 90)
+        check_exactly_once([pub], subs)
+        assert all(len(s.processed) == 400 for s in subs), [len(s.processed) for s in subs]
+        for c in [pub, *subs]:
+            await c.close()
+
+    run(scenario(), timeout=240)
