@@ -343,9 +343,11 @@ cdef class AcceptedTags:
     # accepted to. OrderedDicts: dropping the oldest is O(1) (a dict's first item is not,
     # once many were deleted before it)
     cdef object _links
-    # the link key added to last (so last in `_links`, if still there): a link that goes on
-    # publishing skips the move to the end
+    # the link key added to last and its tags (so last in `_links`; None once that link is
+    # dropped): a link that goes on publishing skips the move to the end, and its adds and
+    # look-ups skip hashing the key (a tuple: its hash is not cached) and the dict look-up
     cdef object _last
+    cdef object _last_tags
 
     def __init__(self, double ttl, Py_ssize_t per_link=1000, Py_ssize_t total=100_000):
         self.ttl = ttl
@@ -355,15 +357,19 @@ cdef class AcceptedTags:
         self.evicted = 0
         self._links = OrderedDict()
         self._last = None
+        self._last_tags = None
 
     cpdef add(self, key, bytes tag, double now):
         links = self._links
-        tags = links.get(key)
-        if tags is None:
-            tags = links[key] = OrderedDict()
-        elif key is not self._last:
-            links.move_to_end(key)
-        self._last = key
+        tags = self._last_tags
+        if tags is None or key is not self._last:
+            tags = links.get(key)
+            if tags is None:
+                tags = links[key] = OrderedDict()
+            else:
+                links.move_to_end(key)
+            self._last = key
+            self._last_tags = tags
         if tag in tags:
             del tags[tag]
             self.size -= 1
@@ -381,14 +387,18 @@ cdef class AcceptedTags:
                 self.evicted += 1
                 continue
             del links[oldest_key]
+            if oldest is self._last_tags:
+                self._last_tags = None
             self.size -= len(oldest)
             self.evicted += len(oldest)
 
     cpdef bint accepted(self, key, bytes tag, double now):
         """Was `tag` accepted on this link within the last `ttl` seconds?"""
-        tags = self._links.get(key)
-        if tags is None:
-            return False
+        tags = self._last_tags
+        if tags is None or key is not self._last:
+            tags = self._links.get(key)
+            if tags is None:
+                return False
         at = tags.get(tag)
         return at is not None and now - <double>at <= self.ttl
 
@@ -405,6 +415,8 @@ cdef class AcceptedTags:
                 self.size -= 1
             if not tags:
                 del links[key]
+                if tags is self._last_tags:
+                    self._last_tags = None
 
     def __len__(self):
         return self.size
