@@ -18,7 +18,6 @@ with it (the message schema and its error, the subscriber states, the tag key) i
 here, and qrouter/eo's messages.py, records.py and tags.py re-export it.
 """
 
-import hashlib
 import json
 from operator import itemgetter
 
@@ -99,7 +98,6 @@ TAG_PERSON = b"qrouter-eo-tag1"
 cdef dict _FIELDS = {op: tuple(fields.items()) for op, fields in FIELDS.items()}
 cdef object _ProtocolError = ProtocolError
 cdef object _SubState = SubState
-cdef object _blake2b = hashlib.blake2b
 cdef object _router_of = itemgetter(0)  # an attachment's router
 cdef bytes _TAG_KEY = TAG_KEY
 cdef bytes _TAG_PERSON = TAG_PERSON
@@ -904,13 +902,10 @@ cdef class PubLink:
     # tag -> subscribers an ex-driver owed it to (ASK `owed`), for the record its resend makes
     cdef public dict owed
 
-    # tag -> its outgoing tag, from the transfer until the publisher settles it: the tag is
-    # hashed once per message, not again at the settlement (bounded: cleared when full, the
-    # value is the same when computed again)
-    cdef dict _out_tags
-
-    def __cinit__(self, *args, **kwargs):
-        self._out_tags = {}
+    # the publisher's tag state (eo_tag.pxi), taken on its first transfer: a tag costs one
+    # BLAKE2b compression, at the transfer and again at the settlement (cheaper than keeping
+    # each tag's result in a dict until the settlement, as this link did)
+    cdef TagPrefix _prefix
 
     def __init__(self, dict attach_map, set awaiting, dict owed=None):
         self.attach_map = attach_map
@@ -918,22 +913,14 @@ cdef class PubLink:
         self.owed = {} if owed is None else owed
 
     cdef bytes c_out_tag(self, tuple pub, tag):
-        """_outgoing_tag(pub, tag), kept until `c_take_out_tag` (pub: this link's)."""
-        cdef dict cache = self._out_tags
-        cdef bytes out = cache.get(tag)
-        if out is None:
-            out = _outgoing_tag(pub, tag)
-            if len(cache) >= OUT_TAGS_MAX:
-                cache.clear()
-            cache[tag] = out
-        return out
+        """_outgoing_tag(pub, tag) (pub: this link's)."""
+        if self._prefix is None:
+            self._prefix = _tag_prefix(pub)
+        return self._prefix.c_tag(tag)
 
     cdef bytes c_take_out_tag(self, tuple pub, tag):
-        """_outgoing_tag(pub, tag), forgotten: the publisher settled `tag`."""
-        cdef bytes out = self._out_tags.pop(tag, None)
-        if out is None:
-            out = _outgoing_tag(pub, tag)
-        return out
+        """_outgoing_tag(pub, tag): the publisher settled `tag`."""
+        return self.c_out_tag(pub, tag)
 
 
 cdef class LocalSub:
@@ -1045,29 +1032,26 @@ def sub_of(value):
     return _sub_of(value)
 
 
-cdef dict _TAG_PREFIX = {}
-cdef enum:
-    # a publisher link's cached outgoing tags (PubLink._out_tags): more than its window of
-    # unsettled deliveries, so only a publisher that never settles makes it clear
-    OUT_TAGS_MAX = 8192
+include "eo_tag.pxi"
+
+cdef dict _TAG_PREFIX = {}  # pub -> TagPrefix
+
+
+cdef TagPrefix _tag_prefix(tuple pub):
+    """The publisher's tag state, computed once (bounded: cleared when full, the value is the
+    same when computed again)."""
+    cdef TagPrefix p = _TAG_PREFIX.get(pub)
+    if p is None:
+        p = _new_tag_prefix(pub)
+        if len(_TAG_PREFIX) >= 4096:
+            _TAG_PREFIX.clear()
+        _TAG_PREFIX[pub] = p
+    return p
 
 
 cdef bytes _outgoing_tag(tuple pub, tag):
-    """tags.outgoing_tag(pub[0], pub[1], tag) with the default key: the hash of the
-    publisher's part is computed once per publisher and copied."""
-    h = _TAG_PREFIX.get(pub)
-    if h is None:
-        h = _blake2b(digest_size=_TAG_SIZE, key=_TAG_KEY, person=_TAG_PERSON)
-        for part in (pub[0].encode(), pub[1].encode()):
-            h.update(_u32(len(part)))
-            h.update(part)
-        if len(_TAG_PREFIX) >= 4096:
-            _TAG_PREFIX.clear()
-        _TAG_PREFIX[pub] = h
-    h = h.copy()
-    cdef bytes raw = bytes(tag)
-    h.update(_u32(len(raw)) + raw)  # (the same bytes as two updates: one call less)
-    return h.digest()
+    """tags.outgoing_tag(pub[0], pub[1], tag) with the default key (eo_tag.pxi)."""
+    return _tag_prefix(pub).c_tag(tag)
 
 
 # -- the state machine's hot path ------------------------------------------------------------

@@ -330,6 +330,9 @@ cdef class EoLinks:
         return 0
 
 
+include "eo_accepted.pxi"
+
+
 cdef class AcceptedTags:
     """Idempotent publishing's memory (qrouter/eo/dedup.py, which documents it and re-exports
     this): (link key, tag) -> the time it was accepted, forgotten after `ttl` seconds; at
@@ -339,13 +342,14 @@ cdef class AcceptedTags:
     cdef public Py_ssize_t total
     cdef public Py_ssize_t size
     cdef public Py_ssize_t evicted  # tags forgotten early because of a cap
-    # link key -> its tags in the order accepted (tag -> time); links in the order last
-    # accepted to. OrderedDicts: dropping the oldest is O(1) (a dict's first item is not,
-    # once many were deleted before it)
+    # link key -> its tags in the order accepted (a `_LinkTags`, eo_accepted.pxi); links in
+    # the order last accepted to (an OrderedDict: dropping the oldest is O(1))
     cdef object _links
-    # the link key added to last (so last in `_links`, if still there): a link that goes on
-    # publishing skips the move to the end
+    # the link key added to last and its tags (so last in `_links`; None once that link is
+    # dropped): a link that goes on publishing skips the move to the end, and its adds and
+    # look-ups skip hashing the key (a tuple: its hash is not cached) and the dict look-up
     cdef object _last
+    cdef _LinkTags _last_tags
 
     def __init__(self, double ttl, Py_ssize_t per_link=1000, Py_ssize_t total=100_000):
         self.ttl = ttl
@@ -355,56 +359,61 @@ cdef class AcceptedTags:
         self.evicted = 0
         self._links = OrderedDict()
         self._last = None
+        self._last_tags = None
 
     cpdef add(self, key, bytes tag, double now):
         links = self._links
-        tags = links.get(key)
-        if tags is None:
-            tags = links[key] = OrderedDict()
-        elif key is not self._last:
-            links.move_to_end(key)
-        self._last = key
-        if tag in tags:
-            del tags[tag]
-            self.size -= 1
-        tags[tag] = now
-        self.size += 1
-        if len(tags) > self.per_link:
-            tags.popitem(False)
+        cdef _LinkTags tags = self._last_tags
+        if tags is None or key is not self._last:
+            tags = links.get(key)
+            if tags is None:
+                tags = links[key] = _LinkTags()
+            else:
+                links.move_to_end(key)
+            self._last = key
+            self._last_tags = tags
+        if tags.c_add(tag, now):
+            self.size += 1
+        if len(tags.at) > self.per_link:
+            tags.c_drop_oldest(now, self.ttl, False)
             self.size -= 1
             self.evicted += 1
+        cdef _LinkTags oldest
         while self.size > self.total:
             oldest_key, oldest = next(iter(links.items()))
             if oldest_key == key and len(links) == 1:
-                oldest.popitem(False)  # (only with total < per_link)
+                oldest.c_drop_oldest(now, self.ttl, False)  # (only with total < per_link)
                 self.size -= 1
                 self.evicted += 1
                 continue
             del links[oldest_key]
-            self.size -= len(oldest)
-            self.evicted += len(oldest)
+            if oldest is self._last_tags:
+                self._last_tags = None
+            self.size -= len(oldest.at)
+            self.evicted += len(oldest.at)
 
     cpdef bint accepted(self, key, bytes tag, double now):
         """Was `tag` accepted on this link within the last `ttl` seconds?"""
-        tags = self._links.get(key)
-        if tags is None:
-            return False
-        at = tags.get(tag)
-        return at is not None and now - <double>at <= self.ttl
+        cdef _LinkTags tags = self._last_tags
+        if tags is None or key is not self._last:
+            tags = self._links.get(key)
+            if tags is None:
+                return False
+        cdef PyObject *at = PyDict_GetItem(tags.at, tag)
+        return at != NULL and now - PyFloat_AS_DOUBLE(<object>at) <= self.ttl
 
     def expire(self, double now):
         """Forget what is older than `ttl` (called on the router's tick)."""
         links = self._links
+        cdef _LinkTags tags
         for key in list(links):
             tags = links[key]
-            while tags:
-                tag, at = next(iter(tags.items()))
-                if now - <double>at <= self.ttl:
-                    break
-                del tags[tag]
+            while tags.c_drop_oldest(now, self.ttl, True):
                 self.size -= 1
-            if not tags:
+            if not tags.at:
                 del links[key]
+                if tags is self._last_tags:
+                    self._last_tags = None
 
     def __len__(self):
         return self.size

@@ -112,3 +112,29 @@ def test_a_link_that_goes_on_publishing_keeps_its_place_as_the_model() -> None:
             0.7,
             lambda rnd, _: rnd.choice(keys),
         )
+
+
+def test_long_runs_with_repeated_tags_match_the_model() -> None:
+    """Larger caps and many accepts of the same tags: the compiled memory's order (a ring in
+    which an accept of a held tag leaves a superseded entry, grown and compacted as it fills)
+    keeps the model's answers, sizes and evictions over thousands of steps."""
+    for seed in range(6):
+        rnd = random.Random(seed)
+        per_link, total = rnd.randint(20, 300), rnd.randint(50, 700)
+        model, real = Model(30.0, per_link, total), AcceptedTags(30.0, per_link, total)
+        keys = [("topic", ("container", str(i))) for i in range(3)]
+        now = 0.0
+        for _ in range(4000):
+            now += rnd.random() * 0.05
+            key = keys[0] if rnd.random() < 0.8 else rnd.choice(keys)
+            tag = str(rnd.randint(0, rnd.choice((30, 400)))).encode()
+            op = rnd.random()
+            if op < 0.6:
+                model.add(key, tag, now)
+                real.add(key, tag, now)
+            elif op < 0.995:
+                assert real.accepted(key, tag, now) == model.accepted(key, tag, now), seed
+            else:
+                model.expire(now)
+                real.expire(now)
+            assert (len(real), real.evicted) == (model.size(), model.evicted), seed
