@@ -27,6 +27,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from libc.stdint cimport uint64_t
 from libc.string cimport memcpy
 from enum import IntEnum
 
@@ -2447,7 +2448,9 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     cdef object old = journal.get(key) if journal and not new else None
     cdef Py_ssize_t nv = PyBytes_GET_SIZE(value)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
-    cdef Py_ssize_t i, count = 0, need, cap
+    cdef Py_ssize_t i = 0, j, end, count = 0, need, cap
+    cdef Py_ssize_t at[_PATCH_MAX]  # where the bytes differ
+    cdef uint64_t wa, wb
     cdef const unsigned char* a
     cdef const unsigned char* b
     cdef unsigned char* p
@@ -2456,11 +2459,23 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
         return _log_put(n, key, value, journal, gone, born, new)
     a = <const unsigned char*>PyBytes_AS_STRING(<bytes>old)
     b = <const unsigned char*>PyBytes_AS_STRING(value)
-    for i in range(nv):
-        if a[i] != b[i]:
-            count += 1
-            if count > _PATCH_MAX:
-                return _log_put(n, key, value, journal, gone, born, new)
+    while i < nv:  # eight bytes at a time; those that differ byte by byte
+        end = i + 8
+        if end <= nv:
+            memcpy(&wa, a + i, 8)
+            memcpy(&wb, b + i, 8)
+            if wa == wb:
+                i = end
+                continue
+        else:
+            end = nv
+        for j in range(i, end):
+            if a[j] != b[j]:
+                if count == _PATCH_MAX:
+                    return _log_put(n, key, value, journal, gone, born, new)
+                at[count] = j
+                count += 1
+        i = end
     if count == 0:
         return n  # the log holds this value already
     if nk > 0xffff:
@@ -2484,14 +2499,14 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     p[0] = (count >> 8) & 0xff
     p[1] = count & 0xff
     p += 2
-    for i in range(nv):
-        if a[i] != b[i]:
-            p[0] = (i >> 24) & 0xff
-            p[1] = (i >> 16) & 0xff
-            p[2] = (i >> 8) & 0xff
-            p[3] = i & 0xff
-            p[4] = b[i]
-            p += 5
+    for j in range(count):
+        i = at[j]
+        p[0] = (i >> 24) & 0xff
+        p[1] = (i >> 16) & 0xff
+        p[2] = (i >> 8) & 0xff
+        p[3] = i & 0xff
+        p[4] = b[i]
+        p += 5
     journal[key] = value  # (in `journal`: neither in `gone` nor to be added to `born`)
     return need
 

@@ -161,10 +161,16 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     assert c.checkpoints[-1][0][key] == done.encode_state()
     t._save_origin(rec(True, 2, 2, 2), False)
     _commit(g, t)
-    assert (
-        c.appends[-1][:1] == b"P"
-        and _replay(c.appends[-1:])[key] == rec(True, 2, 2, 2).encode_state()
-    )
+    assert c.appends[-1][:1] == b"P"
+    assert _replay(c.appends[-1:])[key] == rec(True, 2, 2, 2).encode_state()
+    # more bytes changed than a patch is worth: the whole record (20 subscribers accept)
+    many = [OriginRecord(b"M", pub, b"tag-M", b"b", _subs(*[s] * 20), False) for s in (0, 1)]
+    t._save_origin(many[0], True)
+    _commit(g, t)
+    t._save_origin(many[1], False)
+    _commit(g, t)
+    assert c.appends[-1].startswith(b"P\x00\x08" + PREFIX + b"o/M")
+    assert _replay(c.appends)[PREFIX + b"o/M"] == many[1].encode_state()
 
 
 def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
