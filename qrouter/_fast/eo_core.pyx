@@ -2438,12 +2438,13 @@ cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set bo
 
 cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, set gone,
                            set born, bint new) except -1:
-    """An origin record's state put: as a patch of the bytes that changed (`_LOG_PATCH`)
-    when this checkpoint interval put the record already (`journal` holds it, so the log
-    since the last checkpoint holds its whole value before this entry), else whole. The net
-    change (`journal`) is the whole value either way. Most of a message's records change
-    only a state byte or two after the first put, so the log carries a few bytes a change
-    instead of the whole record (its publisher, tag and every subscriber's name)."""
+    """An origin record's state put (or a topic's mark): as a patch of the bytes that
+    changed (`_LOG_PATCH`; nothing if none did) when this checkpoint interval put the record
+    already (`journal` holds it, so the log since the last checkpoint holds its whole value
+    before this entry), else whole. The net change (`journal`) is the whole value either
+    way. Most of a message's records change only a state byte or two after the first put,
+    so the log carries a few bytes a change instead of the whole record (its publisher, tag
+    and every subscriber's name)."""
     global _lbuf, _lcap
     cdef object old = journal.get(key) if journal and not new else None
     cdef Py_ssize_t nv = PyBytes_GET_SIZE(value)
@@ -2548,8 +2549,8 @@ def log_records(list cores, dict loose, dict journal, set gone, set born):
                            born, tag in bodies and not (known and tag in known))
         for tag, body in bodies.items():
             n = _log_put(n, mkp + tag, body, journal, gone, born, not (known and tag in known))
-        if core._marked:
-            n = _log_put(n, core._mark, b"", journal, gone, born, False)
+        if core._marked:  # (once a checkpoint interval: the same put again logs nothing)
+            n = _log_state(n, core._mark, b"", journal, gone, born, False)
     committed(cores)
     if not n:
         return None
