@@ -26,6 +26,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from libc.stdint cimport uint64_t
 from libc.string cimport memcpy
 from enum import IntEnum
 
@@ -2379,6 +2380,10 @@ cdef int _memory_pop(dict mem, bytes sub) except -1:
 cdef enum:
     _LOG_PUT = 0x50
     _LOG_DEL = 0x44
+    _LOG_PATCH = 0x55  # b"U" key-length(2) key count(2) count x [offset(4) byte]
+    # the most bytes a patch changes: an origin record's state change touches its settled
+    # byte and a subscriber's state byte or two; more, and the whole record is put
+    _PATCH_MAX = 16
 
 cdef char* _lbuf = NULL  # the entries of one `log_records`, made into its bytes at the end
 cdef Py_ssize_t _lcap = 0
@@ -2440,6 +2445,82 @@ cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set bo
     return n
 
 
+cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, set gone,
+                           set born, bint new) except -1:
+    """An origin record's state put (or a topic's mark): as a patch of the bytes that
+    changed (`_LOG_PATCH`; nothing if none did) when this checkpoint interval put the record
+    already (`journal` holds it, so the log since the last checkpoint holds its whole value
+    before this entry), else whole. The net change (`journal`) is the whole value either
+    way. Most of a message's records change only a state byte or two after the first put,
+    so the log carries a few bytes a change instead of the whole record (its publisher, tag
+    and every subscriber's name)."""
+    global _lbuf, _lcap
+    cdef object old = journal.get(key) if journal and not new else None
+    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value)
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    cdef Py_ssize_t i = 0, j, end, count = 0, need, cap
+    cdef Py_ssize_t at[_PATCH_MAX]  # where the bytes differ
+    cdef uint64_t wa, wb
+    cdef const unsigned char* a
+    cdef const unsigned char* b
+    cdef unsigned char* p
+    cdef char* grown
+    if old is None or type(old) is not bytes or PyBytes_GET_SIZE(<bytes>old) != nv:
+        return _log_put(n, key, value, journal, gone, born, new)
+    a = <const unsigned char*>PyBytes_AS_STRING(<bytes>old)
+    b = <const unsigned char*>PyBytes_AS_STRING(value)
+    while i < nv:  # eight bytes at a time; those that differ byte by byte
+        end = i + 8
+        if end <= nv:
+            memcpy(&wa, a + i, 8)
+            memcpy(&wb, b + i, 8)
+            if wa == wb:
+                i = end
+                continue
+        else:
+            end = nv
+        for j in range(i, end):
+            if a[j] != b[j]:
+                if count == _PATCH_MAX:
+                    return _log_put(n, key, value, journal, gone, born, new)
+                at[count] = j
+                count += 1
+        i = end
+    if count == 0:
+        return n  # the log holds this value already
+    if nk > 0xffff:
+        raise ValueError("a record key longer than a log entry holds")
+    need = n + 3 + nk + 2 + 5 * count
+    if need > _lcap:
+        cap = _lcap * 2 if _lcap else 65536
+        while cap < need:
+            cap *= 2
+        grown = <char*>PyMem_Realloc(_lbuf, cap)
+        if grown == NULL:
+            raise MemoryError()
+        _lbuf = grown
+        _lcap = cap
+    p = <unsigned char*>_lbuf + n
+    p[0] = _LOG_PATCH
+    p[1] = (nk >> 8) & 0xff
+    p[2] = nk & 0xff
+    memcpy(p + 3, PyBytes_AS_STRING(key), nk)
+    p += 3 + nk
+    p[0] = (count >> 8) & 0xff
+    p[1] = count & 0xff
+    p += 2
+    for j in range(count):
+        i = at[j]
+        p[0] = (i >> 24) & 0xff
+        p[1] = (i >> 16) & 0xff
+        p[2] = (i >> 8) & 0xff
+        p[3] = i & 0xff
+        p[4] = b[i]
+        p += 5
+    journal[key] = value  # (in `journal`: neither in `gone` nor to be added to `born`)
+    return need
+
+
 def log_records(list cores, dict loose, dict journal, set gone, set born):
     """The router's group commit into its record log: what `collect_writes` would give, as
     one blob of log entries (the engine appends it, `log_entries`), and applied to the net
@@ -2473,12 +2554,12 @@ def log_records(list cores, dict loose, dict journal, set gone, set born):
         bodies = core._bodies
         known = core._known
         for tag, rec in core._dirty.items():
-            n = _log_put(n, okp + tag, (<OriginRecord>rec).encode_state(), journal, gone, born,
-                         tag in bodies and not (known and tag in known))
+            n = _log_state(n, okp + tag, (<OriginRecord>rec).encode_state(), journal, gone,
+                           born, tag in bodies and not (known and tag in known))
         for tag, body in bodies.items():
             n = _log_put(n, mkp + tag, body, journal, gone, born, not (known and tag in known))
-        if core._marked:
-            n = _log_put(n, core._mark, b"", journal, gone, born, False)
+        if core._marked:  # (once a checkpoint interval: the same put again logs nothing)
+            n = _log_state(n, core._mark, b"", journal, gone, born, False)
     committed(cores)
     if not n:
         return None

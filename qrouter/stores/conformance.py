@@ -44,6 +44,7 @@ from qrouter.stores.termini import (
     load_terminus,
     log_delete_entry,
     log_drop_entry,
+    log_patch_entry,
     log_put_entry,
     put_unsettled,
     save_terminus,
@@ -638,6 +639,30 @@ class StoreConformance:
         assert list(store.scan(b"eot/")) == [(b"eot/t", b"")]
         assert list(store.scan(unsettled_prefix(rec.key))) == []
         store.close()
+
+    def test_record_log_patches_a_logged_record(self, store: TerminusStore) -> None:
+        """A patch entry (an origin record's state change, eo_core.pyx `_log_state`) changes
+        bytes of the value the log put before it, in order with the other entries; one
+        with no put before it, or past its record's end, is corruption, never skipped."""
+        entries = [
+            log_put_entry(b"eo/t/o/a", b"state 000") + log_put_entry(b"eo/t/o/b", b"b 0"),
+            log_patch_entry(b"eo/t/o/a", [(6, ord("1")), (8, ord("2"))])
+            + log_delete_entry(b"eo/t/o/b"),
+            log_patch_entry(b"eo/t/o/a", [(7, ord("3"))]),
+        ]
+        for blob in entries:
+            store.log_append(blob)
+        assert fold_log(store) == 3
+        assert list(store.scan(b"eo/")) == [(b"eo/t/o/a", b"state 132")]
+        for blob in (
+            log_patch_entry(b"eo/t/o/z", [(0, 1)]),  # no put before it
+            log_put_entry(b"eo/t/o/z", b"ab") + log_patch_entry(b"eo/t/o/z", [(2, 1)]),
+            log_put_entry(b"eo/t/o/z", b"ab") + log_patch_entry(b"eo/t/o/z", [(0, 1)])[:-1],
+        ):
+            store.log_clear()
+            store.log_append(blob)
+            with pytest.raises(StoreError, match="log entry .* is corrupt"):
+                fold_log(store)
 
     def test_termini_key_mismatch_and_orphans(self, store: TerminusStore) -> None:
         a, b_rec = self._terminus("a"), self._terminus("b")

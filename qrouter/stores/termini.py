@@ -38,8 +38,12 @@ naming the key — never skipped, because a skipped record is an unsettled deliv
 The record log (`TerminusStore.log_append`: a file beside the backend's, qrouter-records.log).
 The router does not update ``u/`` records per delivery as they change: each loop iteration's
 changes are one log entry, the concatenation, in the order made, of ``P`` key-length(2) key
-value-length(4) value (a put), ``D`` key-length(2) key (a delete) and ``X`` prefix-length(2)
-prefix (every record under the prefix goes: a terminus deleted). About once a second or
+value-length(4) value (a put), ``D`` key-length(2) key (a delete), ``X`` prefix-length(2)
+prefix (every record under the prefix goes: a terminus deleted) and ``U`` key-length(2) key
+count(2) then count times offset(4) byte (a patch: those bytes of the record's value
+changed; written only for a record the log put since the last checkpoint, so its value is
+in the log before the patch: a guaranteed topic's origin record whose state changed,
+qrouter/_fast/eo_core.pyx `_log_state`). About once a second or
 16 MiB (a checkpoint) the net changes since the previous checkpoint are committed to the
 ``u/`` records in one transaction, and then the log is emptied. Most deliveries are made and
 settled within a second, so they cost the store a share of one append per loop iteration
@@ -218,7 +222,7 @@ def delete_terminus(batch: Batch, key: TerminusKey) -> None:
 
 # ---- the record log ------------------------------------------------------------------
 
-_LOG_PUT, _LOG_DEL, _LOG_DROP = 0x50, 0x44, 0x58
+_LOG_PUT, _LOG_DEL, _LOG_DROP, _LOG_PATCH = 0x50, 0x44, 0x58, 0x55
 # the keys a log entry may name: delivery records, and the guaranteed topics' records
 GUARANTEE_PREFIXES = (b"eo/", b"eot/")
 _LOGGED_PREFIXES = (UNSETTLED_PREFIX, *GUARANTEE_PREFIXES)
@@ -242,6 +246,31 @@ def log_put_entry(key: bytes, value: bytes) -> bytes:
 
 def log_delete_entry(key: bytes) -> bytes:
     return bytes([_LOG_DEL]) + len(key).to_bytes(2, "big") + key
+
+
+def log_patch_entry(key: bytes, changes: list[tuple[int, int]]) -> bytes:
+    """A log entry changing bytes of a record the log put before it: (offset, byte) pairs
+    (the engine writes these itself: eo_core.pyx `_log_state`)."""
+    return (
+        bytes([_LOG_PATCH])
+        + len(key).to_bytes(2, "big")
+        + key
+        + len(changes).to_bytes(2, "big")
+        + b"".join(off.to_bytes(4, "big") + bytes([byte]) for off, byte in changes)
+    )
+
+
+def _patched(value: bytes | None, blob: bytes, pos: int, count: int) -> bytes:
+    """`value` with a patch entry's `count` changes (at `pos` of `blob`) applied."""
+    if value is None:
+        raise ValueError("a patch of a record the log did not put before it")
+    out = bytearray(value)
+    for i in range(pos, pos + 5 * count, 5):
+        off = int.from_bytes(blob[i : i + 4], "big")
+        if off >= len(out):
+            raise ValueError("a patch past its record's end")
+        out[off] = blob[i + 4]
+    return bytes(out)
 
 
 @dataclass
@@ -281,6 +310,14 @@ def read_log(store: TerminusStore) -> LogReplay:
                         raise ValueError("truncated value")
                     pos += 4 + vlen
                     changes[key] = value
+                elif op == _LOG_PATCH:
+                    if pos + 2 > n:
+                        raise ValueError("truncated patch count")
+                    count = int.from_bytes(blob[pos : pos + 2], "big")
+                    if pos + 2 + 5 * count > n:
+                        raise ValueError("truncated patch")
+                    changes[key] = _patched(changes.get(key), blob, pos + 2, count)
+                    pos += 2 + 5 * count
                 elif op == _LOG_DEL:
                     changes[key] = None
                 elif op == _LOG_DROP:

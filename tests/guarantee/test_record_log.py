@@ -127,6 +127,53 @@ def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() 
     assert c.checkpoints[-1] == ({MARK: b""}, {PREFIX + b"o/A", PREFIX + b"m/A"})
 
 
+def _subs(*states: int) -> dict[tuple[str, str], int]:
+    return {(f"subscriber-{i}", f"link-{i}"): st for i, st in enumerate(states)}
+
+
+def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
+    """An origin record put since the last checkpoint and changed again: the log carries the
+    state bytes that changed (a patch), not the whole record; the replay and the net
+    changes have the whole new state. After a checkpoint its first change is whole again."""
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    pub, key = ("publisher-container", "publisher-link"), PREFIX + b"o/P"
+
+    def rec(settled: bool, *states: int) -> OriginRecord:
+        return OriginRecord(b"P", pub, b"tag-P", b"body", _subs(*states), settled)
+
+    first, accepted, done = rec(False, 0, 0, 0), rec(False, 1, 0, 1), rec(True, 2, 1, 2)
+    t._save_origin(first, True)
+    _commit(g, t)
+    for r in (accepted, accepted, done):
+        t._save_origin(r, False)
+        _commit(g, t)
+    assert len(c.appends) == 3  # (the second `accepted` changed nothing: nothing to append)
+    whole = len(first.encode_state())
+    # (the topic's mark only in the first: a put of the value the log holds logs nothing)
+    assert c.appends[0].endswith(b"P\x00\x05" + MARK + b"\x00\x00\x00\x00")
+    for blob, changed in ((c.appends[1], 2), (c.appends[2], 4)):
+        patch = b"U\x00\x08" + key + changed.to_bytes(2, "big")
+        assert blob.startswith(patch) and len(blob) == len(patch) + 5 * changed, blob
+        assert len(patch) + 5 * changed < whole
+    assert _replay(c.appends)[key] == done.encode_state() == engine.journal[key]
+    engine.checkpoint()
+    assert c.checkpoints[-1][0][key] == done.encode_state()
+    t._save_origin(rec(True, 2, 2, 2), False)
+    _commit(g, t)
+    assert c.appends[-1][:1] == b"P"
+    assert _replay(c.appends[-1:])[key] == rec(True, 2, 2, 2).encode_state()
+    # more bytes changed than a patch is worth: the whole record (20 subscribers accept)
+    many = [OriginRecord(b"M", pub, b"tag-M", b"b", _subs(*[s] * 20), False) for s in (0, 1)]
+    t._save_origin(many[0], True)
+    _commit(g, t)
+    t._save_origin(many[1], False)
+    _commit(g, t)
+    assert c.appends[-1].startswith(b"P\x00\x08" + PREFIX + b"o/M")
+    assert _replay(c.appends)[PREFIX + b"o/M"] == many[1].encode_state()
+
+
 def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")

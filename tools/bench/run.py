@@ -280,6 +280,18 @@ class Router:
                 return int(line.split()[1])
         raise BenchError("no VmRSS")
 
+    def rss_split_kib(self) -> tuple[int, int]:
+        """(RssAnon, RssFile + RssShmem) in KiB: the process's own memory, and the file
+        pages mapped in (an LMDB store's memory map counts there)."""
+        assert self.proc is not None
+        anon = file = 0
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                anon = int(line.split()[1])
+            elif line.startswith(("RssFile:", "RssShmem:")):
+                file += int(line.split()[1])
+        return anon, file
+
 
 class Relay(Router):
     """One byte_relay process (byte_relay.c) on a free loopback port, relaying each connection
@@ -1043,19 +1055,23 @@ def _eo_rss(b: Bench, store: str | None) -> Row:
     rounds = max(2, -(-EO_RSS_TOTAL // per_round)) if per_round == EO_RSS_ROUND else 3
     samples: list[list[float]] = []
     drained: list[list[float]] = []
+    splits: list[list[tuple[int, int]]] = []  # (RssAnon, RssFile) KiB of A/B/C per round
     runs: list[Run] = []
     try:
         with b.triangle_routers(name, "multicast,exactly-once", store) as routers:
             for _ in range(rounds):
                 runs.append(b.triangle_round(routers, "bench.t.rss", per_round))
                 samples.append([r.rss_kib() / 1024 for r in routers])
+                splits.append([r.rss_split_kib() for r in routers])
                 time.sleep(EO_RSS_DRAIN_S)
                 drained.append([r.rss_kib() / 1024 for r in routers])
                 print(
                     f"  round {len(samples)}/{rounds}: RSS A/B/C "
                     + " / ".join(f"{x:.1f}" for x in samples[-1])
                     + f" MiB, {EO_RSS_DRAIN_S:.0f} s later "
-                    + " / ".join(f"{x:.1f}" for x in drained[-1]),
+                    + " / ".join(f"{x:.1f}" for x in drained[-1])
+                    + "; anon+file "
+                    + " / ".join(f"{a / 1024:.1f}+{f / 1024:.1f}" for a, f in splits[-1]),
                     file=sys.stderr,
                     flush=True,
                 )
@@ -1076,8 +1092,26 @@ def _eo_rss(b: Bench, store: str | None) -> Row:
         + " / ".join(f"{x:.1f}" for x in samples[-1])
         + f" MiB; largest drift from round 1 {max(drift):.1%} (target ≤ 10%); read "
         + f"{EO_RSS_DRAIN_S:.0f} s after each round {max(ddrift):.1%}"
+        + _rss_split_note(splits)
     )
     return row
+
+
+def _rss_split_note(splits: list[list[tuple[int, int]]]) -> str:
+    """RssAnon (the router's own memory) and RssFile (mapped file pages: an LMDB store's
+    map) of A/B/C after round 1 and after the last, and the anon part's largest drift."""
+    if len(splits) < 2:
+        return ""
+    warm, last = splits[0], splits[-1]
+    adrift = max(abs(s[i][0] - warm[i][0]) / warm[i][0] for s in splits[1:] for i in range(3))
+
+    def mib(row: list[tuple[int, int]]) -> str:
+        return " / ".join(f"{a / 1024:.1f}+{f / 1024:.1f}" for a, f in row)
+
+    return (
+        f"; RssAnon+RssFile A/B/C after round 1 {mib(warm)}, after the last {mib(last)} MiB"
+        f" (RssAnon's largest drift {adrift:.1%})"
+    )
 
 
 def latency(b: Bench) -> None:
