@@ -1201,6 +1201,64 @@ cdef tuple _out_entry(EoOut *o):
     return ("call", <object>o.topic, (<object>o.a, <object>o.b))
 
 
+# the attachments _c_grouped grouped last (each held, so compared by identity) and the groups
+cdef tuple _grouped_outs = ()
+cdef tuple _grouped_plan = ()
+
+
+cdef tuple _c_grouped(list outs):
+    """((router, targets), ...): the attachments of `outs` grouped by router, routers in
+    sorted order, each router's attachments in their order in `outs` (a stable sort by
+    router). Every message of a topic usually goes to the very same attachments (the same
+    tuples, from _c_sub_atts), so the last grouping is kept and given again when `outs` holds
+    the same objects in the same order: no sort check, no targets tuple made per message.
+    (`outs` may be sorted in place.)"""
+    global _grouped_outs, _grouped_plan
+    cdef tuple was = _grouped_outs
+    cdef Py_ssize_t n = len(outs), a = 0, b
+    cdef list plan
+    if len(was) == n:
+        for b in range(n):
+            if was[b] is not outs[b]:
+                break
+        else:
+            return _grouped_plan
+    cdef tuple key = tuple(outs)
+    for b in range(1, n):  # (usually in order already: no sort then)
+        if (<tuple>outs[b - 1])[0] > (<tuple>outs[b])[0]:
+            outs.sort(key=_router_of)
+            break
+    plan = []
+    while a < n:
+        router = (<tuple>outs[a])[0]
+        b = a + 1
+        while b < n and (<tuple>outs[b])[0] == router:
+            b += 1
+        plan.append((router, (outs[a],) if b == a + 1 else tuple(outs[a:b])))
+        a = b
+    _grouped_outs = key
+    _grouped_plan = tuple(plan)
+    return _grouped_plan
+
+
+cdef bint _c_pending_open(OriginRecord rec, view) except -1:
+    """Does a subscriber of `rec` still hold its acceptance: PENDING and not closed here
+    (closed here: only an ex-driver's hand-over puts one in)? The closed map is looked at only
+    once a pending subscriber is found, and not searched while empty."""
+    cdef tuple subs = rec._layout.subs
+    cdef Py_ssize_t i
+    cdef dict closed = None
+    for i in range(len(subs)):
+        if rec._st[i] == S_PENDING:
+            if closed is None:
+                closed = view.closed
+                if not closed:
+                    return True
+            if subs[i] not in closed:
+                return True
+    return False
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1797,44 +1855,34 @@ cdef class EoCore:
     cdef int _c_send_grouped(self, OriginRecord rec, list outs, bint settle) except -1:
         """FWD (or SETTLE) to each router of `outs` its attachments, routers in sorted order,
         each router's attachments in their order in `outs` (a stable sort by router)."""
-        cdef Py_ssize_t n = len(outs), a = 0, b
-        cdef tuple targets
-        for b in range(1, n):  # (usually in order already: no sort then)
-            if (<tuple>outs[b - 1])[0] > (<tuple>outs[b])[0]:
-                outs.sort(key=_router_of)
-                break
-        while a < n:
-            router = (<tuple>outs[a])[0]
-            b = a + 1
-            while b < n and (<tuple>outs[b])[0] == router:
-                b += 1
-            targets = (outs[a],) if b == a + 1 else tuple(outs[a:b])
+        cdef tuple plan = _c_grouped(outs)
+        cdef tuple group
+        cdef Py_ssize_t i
+        for i in range(len(plan)):
+            group = <tuple>plan[i]
             if settle:
-                self._c_to_router(router, ("SETTLE", self.topic, rec.out_tag, targets))
+                self._c_to_router(group[0], ("SETTLE", self.topic, rec.out_tag, group[1]))
             else:
-                self._c_to_router(router, (
-                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
+                self._c_to_router(group[0], (
+                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, group[1]
                 ))
-            a = b
         return 0
 
     cdef _c_check_accept(self, OriginRecord rec):
         cdef set local
-        cdef dict closed
         cdef tuple subs = rec._layout.subs
         cdef Py_ssize_t i
-        if rec.settled or rec.accepted_sent or rec.publisher not in self._pubs:
+        if rec.settled or rec.accepted_sent:
             return
         if self._accept_early:
+            if rec.publisher not in self._pubs:
+                return
             local = {(<LocalSub>ls).sub for ls in self._subs.values()}
             for i in range(len(subs)):
                 if rec._st[i] == S_PENDING and subs[i] in local:
                     return
-        else:
-            closed = self._view.closed
-            for i in range(len(subs)):
-                if rec._st[i] == S_PENDING and subs[i] not in closed:
-                    return  # (closed here: only an ex-driver's hand-over puts one in)
+        elif _c_pending_open(rec, self._view) or rec.publisher not in self._pubs:
+            return  # (the subscribers first: the usual answer, and no lookup)
         rec.accepted_sent = True
         self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, None, False)
 
