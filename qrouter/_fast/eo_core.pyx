@@ -1241,6 +1241,39 @@ cdef tuple _c_grouped(list outs):
     return _grouped_plan
 
 
+# An ACCEPT's subscribers are, message after message, the very same tuple (the receive
+# path keeps the tuple decoded from the same octets): their positions in a layout are kept
+# for it, direct-mapped by address, once the tuple is met a second time (a tuple made for
+# one message is not worth keeping). Each tuple named here is held, so an address names one
+# object while kept; a layout is immutable.
+cdef enum:
+    POS_HELD = 8            # a power of two
+cdef list _pos_subs = [None] * POS_HELD  # the subscribers tuple
+cdef list _pos_layout = [None] * POS_HELD
+cdef list _pos_at = [None] * POS_HELD  # their positions in the layout (-1: not in it)
+cdef list _pos_met = [None] * POS_HELD  # a tuple met once
+
+
+cdef tuple _c_held_positions(_Layout layout, tuple subs):
+    """The position in `layout` of each of `subs` (-1: not in it) if kept or worth keeping
+    (`subs` met before); None otherwise (the caller looks them up)."""
+    cdef Py_ssize_t slot = (<Py_ssize_t><PyObject *>subs >> 4) & (POS_HELD - 1)
+    cdef dict index
+    cdef tuple at
+    if _pos_subs[slot] is subs:
+        if _pos_layout[slot] is layout:
+            return <tuple>_pos_at[slot]
+    elif _pos_met[slot] is not subs:
+        _pos_met[slot] = subs
+        return None
+    index = layout.index
+    at = tuple([index.get(sub, -1) for sub in subs])
+    _pos_subs[slot] = subs
+    _pos_layout[slot] = layout
+    _pos_at[slot] = at
+    return at
+
+
 cdef bint _c_pending_open(OriginRecord rec, view) except -1:
     """Does a subscriber of `rec` still hold its acceptance: PENDING and not closed here
     (closed here: only an ex-driver's hand-over puts one in)? The closed map is looked at only
@@ -1586,14 +1619,24 @@ cdef class EoCore:
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
         cdef dict index
+        cdef tuple at
+        cdef Py_ssize_t i, k
         if rec is None or rec.settled:
             return
-        index = rec._layout.index
-        for sub in accepted:
-            pos = index.get(sub)
-            if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
-                rec._st[<Py_ssize_t>pos] = S_ACCEPTED
-                changed = True
+        at = _c_held_positions(rec._layout, accepted)
+        if at is not None:  # (the same subscribers' ACCEPT again: their positions known)
+            for i in range(len(at)):
+                k = <Py_ssize_t>at[i]
+                if k >= 0 and rec._st[k] == S_PENDING:
+                    rec._st[k] = S_ACCEPTED
+                    changed = True
+        else:
+            index = rec._layout.index
+            for sub in accepted:
+                pos = index.get(sub)
+                if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
+                    rec._st[<Py_ssize_t>pos] = S_ACCEPTED
+                    changed = True
         if changed:
             self._c_save_origin(rec, False)
             self._c_check_accept(rec)
