@@ -1352,6 +1352,7 @@ cdef class EoCore:
     cdef dict _sub_order
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
+    cdef tuple _drive_plan  # (layout, view, view.gen, entries): _c_drive_plan's, or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
     # the settled records of `_locals` (tombstones) from `_settled_head` on, in the order they
@@ -1743,6 +1744,39 @@ cdef class EoCore:
         self._sub_order[sub] = (frozenset(sub_atts), order)
         return order
 
+    cdef tuple _c_drive_plan(self, _Layout layout):
+        """What _c_drive looks up per subscriber, once per change of the view's claims rather
+        than per message: for each position of `layout`, None (no attachment claims the
+        subscriber) or (its attachments in the view's order (_c_sub_atts), their slots then,
+        -1 for none). Kept while the layout, the view and its claims' generation
+        (`SubscriberView.gen`) are the same; None for a view without one. A slot is only
+        read here (a kept one is checked against the slot table where used)."""
+        cdef tuple plan = self._drive_plan
+        cdef tuple subs, order
+        cdef dict by_sub, slot_of
+        cdef list entries
+        cdef Py_ssize_t i
+        view = self._view
+        gen = getattr(view, "gen", None)
+        if gen is None:
+            return None
+        if plan is not None and plan[0] is layout and plan[1] is view and plan[2] == gen:
+            return <tuple>plan[3]
+        by_sub = view._by_sub
+        slot_of = self._att_slots.slot
+        subs = layout.subs
+        entries = []
+        for i in range(len(subs)):
+            sub = subs[i]
+            sub_atts = by_sub.get(sub)
+            if not sub_atts:
+                entries.append(None)
+                continue
+            order = self._c_sub_atts(sub, sub_atts)
+            entries.append((order, tuple([slot_of.get(att, -1) for att in order])))
+        self._drive_plan = (layout, view, gen, tuple(entries))
+        return <tuple>self._drive_plan[3]
+
     cdef int _c_slot(self, att) except -2:
         """The slot of `att`, given one if it has none; -1 if every slot is in use."""
         cdef _AttSlots slots = self._att_slots
@@ -1812,8 +1846,10 @@ cdef class EoCore:
         cdef tuple order
         # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
         cdef object view = self._view
-        cdef dict by_sub = view._by_sub
+        cdef dict by_sub = None
         cdef dict claims = None
+        cdef tuple plan = self._c_drive_plan(rec._layout)  # None: none (by_sub below)
+        cdef tuple entry = None
         cdef set sub_atts
         cdef set done
         cdef int slot
@@ -1825,14 +1861,26 @@ cdef class EoCore:
             st = rec._st[i]
             if st == S_SEEN or (not settled and (st != S_PENDING or no_body)):
                 continue  # (no body: recovered without it, the publisher resends it)
-            sub = subs[i]
-            sub_atts = by_sub.get(sub)
-            if not sub_atts:
-                continue
-            order = self._c_sub_atts(sub, sub_atts)
+            if plan is not None:
+                entry = <tuple>plan[i]
+                if entry is None:
+                    continue
+                order = <tuple>entry[0]
+            else:
+                sub = subs[i]
+                if by_sub is None:
+                    by_sub = view._by_sub
+                sub_atts = by_sub.get(sub)
+                if not sub_atts:
+                    continue
+                order = self._c_sub_atts(sub, sub_atts)
             for j in range(len(order)):
                 att = <tuple>order[j]
-                slot = self._c_slot(att)
+                slot = -1 if plan is None else <int>(<tuple>entry[1])[j]
+                if slot < 0 or (slots.atts[slot] is not att and slots.atts[slot] != att):
+                    slot = self._c_slot(att)
+                    if plan is not None and slot >= 0:
+                        self._drive_plan = None  # (a slot given or moved: kept next time)
                 bit = (1ULL << slot) if slot >= 0 else 0
                 if settled:
                     if bit:
