@@ -163,16 +163,18 @@ cdef int _eor_subs(Writer w, object v) except -1:
 # (the origin record's publisher; the driver's groups, eo_core's _c_grouped): each one
 # packed lately is kept with its octets (direct-mapped by address; the tuple is held, so
 # an address names one object while kept, and tuples of str and int cannot change), and
-# packed again by copying them. Bounded: EOR_HELD slots.
+# packed again by copying them. Pairs and targets are kept apart (a tuple kept as one is
+# refused as the other, as before). Bounded: EOR_HELD slots of each.
 cdef enum:
     EOR_HELD = 16           # a power of two
-cdef list _eor_held_obj = [None] * EOR_HELD
-cdef list _eor_held_raw = [None] * EOR_HELD
+cdef list _eor_held_obj = [None] * (2 * EOR_HELD)
+cdef list _eor_held_raw = [None] * (2 * EOR_HELD)
 
 
 cdef int _eor_held_pack(Writer w, object v, bint atts) except -1:
     """_eor_atts (atts) or _eor_pair of `v`, from the octets kept for it if any."""
-    cdef Py_ssize_t slot = (<Py_ssize_t><PyObject*>v >> 4) & (EOR_HELD - 1)
+    cdef Py_ssize_t slot = ((<Py_ssize_t><PyObject*>v >> 4) & (EOR_HELD - 1)) + \
+        (EOR_HELD if atts else 0)
     cdef Py_ssize_t start = w.length, n
     if _eor_held_obj[slot] is v:
         raw = _eor_held_raw[slot]
