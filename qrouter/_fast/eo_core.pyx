@@ -1186,6 +1186,97 @@ cdef tuple _out_entry(EoOut *o):
     return ("call", <object>o.topic, (<object>o.a, <object>o.b))
 
 
+# the attachments _c_grouped grouped last (each held, so compared by identity) and the groups
+cdef tuple _grouped_outs = ()
+cdef tuple _grouped_plan = ()
+
+
+cdef tuple _c_grouped(list outs):
+    """((router, targets), ...): the attachments of `outs` grouped by router, routers in
+    sorted order, each router's attachments in their order in `outs` (a stable sort by
+    router). Every message of a topic usually goes to the very same attachments (the same
+    tuples, from _c_sub_atts), so the last grouping is kept and given again when `outs` holds
+    the same objects in the same order: no sort check, no targets tuple made per message.
+    (`outs` may be sorted in place.)"""
+    global _grouped_outs, _grouped_plan
+    cdef tuple was = _grouped_outs
+    cdef Py_ssize_t n = len(outs), a = 0, b
+    cdef list plan
+    if len(was) == n:
+        for b in range(n):
+            if was[b] is not outs[b]:
+                break
+        else:
+            return _grouped_plan
+    cdef tuple key = tuple(outs)
+    for b in range(1, n):  # (usually in order already: no sort then)
+        if (<tuple>outs[b - 1])[0] > (<tuple>outs[b])[0]:
+            outs.sort(key=_router_of)
+            break
+    plan = []
+    while a < n:
+        router = (<tuple>outs[a])[0]
+        b = a + 1
+        while b < n and (<tuple>outs[b])[0] == router:
+            b += 1
+        plan.append((router, (outs[a],) if b == a + 1 else tuple(outs[a:b])))
+        a = b
+    _grouped_outs = key
+    _grouped_plan = tuple(plan)
+    return _grouped_plan
+
+
+# An ACCEPT's subscribers are, message after message, the very same tuple (the receive
+# path keeps the tuple decoded from the same octets): their positions in a layout are kept
+# for it, direct-mapped by address, once the tuple is met a second time (a tuple made for
+# one message is not worth keeping). Each tuple named here is held, so an address names one
+# object while kept; a layout is immutable.
+cdef enum:
+    POS_HELD = 8            # a power of two
+cdef list _pos_subs = [None] * POS_HELD  # the subscribers tuple
+cdef list _pos_layout = [None] * POS_HELD
+cdef list _pos_at = [None] * POS_HELD  # their positions in the layout (-1: not in it)
+cdef list _pos_met = [None] * POS_HELD  # a tuple met once
+
+
+cdef tuple _c_held_positions(_Layout layout, tuple subs):
+    """The position in `layout` of each of `subs` (-1: not in it) if kept or worth keeping
+    (`subs` met before); None otherwise (the caller looks them up)."""
+    cdef Py_ssize_t slot = (<Py_ssize_t><PyObject *>subs >> 4) & (POS_HELD - 1)
+    cdef dict index
+    cdef tuple at
+    if _pos_subs[slot] is subs:
+        if _pos_layout[slot] is layout:
+            return <tuple>_pos_at[slot]
+    elif _pos_met[slot] is not subs:
+        _pos_met[slot] = subs
+        return None
+    index = layout.index
+    at = tuple([index.get(sub, -1) for sub in subs])
+    _pos_subs[slot] = subs
+    _pos_layout[slot] = layout
+    _pos_at[slot] = at
+    return at
+
+
+cdef bint _c_pending_open(OriginRecord rec, view) except -1:
+    """Does a subscriber of `rec` still hold its acceptance: PENDING and not closed here
+    (closed here: only an ex-driver's hand-over puts one in)? The closed map is looked at only
+    once a pending subscriber is found, and not searched while empty."""
+    cdef tuple subs = rec._layout.subs
+    cdef Py_ssize_t i
+    cdef dict closed = None
+    for i in range(len(subs)):
+        if rec._st[i] == S_PENDING:
+            if closed is None:
+                closed = view.closed
+                if not closed:
+                    return True
+            if subs[i] not in closed:
+                return True
+    return False
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1246,6 +1337,7 @@ cdef class EoCore:
     cdef dict _sub_order
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
+    cdef tuple _drive_plan  # (layout, view, view.gen, entries): _c_drive_plan's, or None
     cdef bint _accept_early
     cdef bint _drop_on_settle
     # the settled records of `_locals` (tombstones) from `_settled_head` on, in the order they
@@ -1537,14 +1629,24 @@ cdef class EoCore:
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
         cdef dict index
+        cdef tuple at
+        cdef Py_ssize_t i, k
         if rec is None or rec.settled:
             return
-        index = rec._layout.index
-        for sub in accepted:
-            pos = index.get(sub)
-            if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
-                rec._st[<Py_ssize_t>pos] = S_ACCEPTED
-                changed = True
+        at = _c_held_positions(rec._layout, accepted)
+        if at is not None:  # (the same subscribers' ACCEPT again: their positions known)
+            for i in range(len(at)):
+                k = <Py_ssize_t>at[i]
+                if k >= 0 and rec._st[k] == S_PENDING:
+                    rec._st[k] = S_ACCEPTED
+                    changed = True
+        else:
+            index = rec._layout.index
+            for sub in accepted:
+                pos = index.get(sub)
+                if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
+                    rec._st[<Py_ssize_t>pos] = S_ACCEPTED
+                    changed = True
         if changed:
             self._c_save_origin(rec, False)
             self._c_check_accept(rec)
@@ -1651,6 +1753,39 @@ cdef class EoCore:
         self._sub_order[sub] = (frozenset(sub_atts), order)
         return order
 
+    cdef tuple _c_drive_plan(self, _Layout layout):
+        """What _c_drive looks up per subscriber, once per change of the view's claims rather
+        than per message: for each position of `layout`, None (no attachment claims the
+        subscriber) or (its attachments in the view's order (_c_sub_atts), their slots then,
+        -1 for none). Kept while the layout, the view and its claims' generation
+        (`SubscriberView.gen`) are the same; None for a view without one. A slot is only
+        read here (a kept one is checked against the slot table where used)."""
+        cdef tuple plan = self._drive_plan
+        cdef tuple subs, order
+        cdef dict by_sub, slot_of
+        cdef list entries
+        cdef Py_ssize_t i
+        view = self._view
+        gen = getattr(view, "gen", None)
+        if gen is None:
+            return None
+        if plan is not None and plan[0] is layout and plan[1] is view and plan[2] == gen:
+            return <tuple>plan[3]
+        by_sub = view._by_sub
+        slot_of = self._att_slots.slot
+        subs = layout.subs
+        entries = []
+        for i in range(len(subs)):
+            sub = subs[i]
+            sub_atts = by_sub.get(sub)
+            if not sub_atts:
+                entries.append(None)
+                continue
+            order = self._c_sub_atts(sub, sub_atts)
+            entries.append((order, tuple([slot_of.get(att, -1) for att in order])))
+        self._drive_plan = (layout, view, gen, tuple(entries))
+        return <tuple>self._drive_plan[3]
+
     cdef int _c_slot(self, att) except -2:
         """The slot of `att`, given one if it has none; -1 if every slot is in use."""
         cdef _AttSlots slots = self._att_slots
@@ -1720,8 +1855,10 @@ cdef class EoCore:
         cdef tuple order
         # view.claims_of(sub), inlined: the claims of `sub`, in attachment order
         cdef object view = self._view
-        cdef dict by_sub = view._by_sub
+        cdef dict by_sub = None
         cdef dict claims = None
+        cdef tuple plan = self._c_drive_plan(rec._layout)  # None: none (by_sub below)
+        cdef tuple entry = None
         cdef set sub_atts
         cdef set done
         cdef int slot
@@ -1733,14 +1870,26 @@ cdef class EoCore:
             st = rec._st[i]
             if st == S_SEEN or (not settled and (st != S_PENDING or no_body)):
                 continue  # (no body: recovered without it, the publisher resends it)
-            sub = subs[i]
-            sub_atts = by_sub.get(sub)
-            if not sub_atts:
-                continue
-            order = self._c_sub_atts(sub, sub_atts)
+            if plan is not None:
+                entry = <tuple>plan[i]
+                if entry is None:
+                    continue
+                order = <tuple>entry[0]
+            else:
+                sub = subs[i]
+                if by_sub is None:
+                    by_sub = view._by_sub
+                sub_atts = by_sub.get(sub)
+                if not sub_atts:
+                    continue
+                order = self._c_sub_atts(sub, sub_atts)
             for j in range(len(order)):
                 att = <tuple>order[j]
-                slot = self._c_slot(att)
+                slot = -1 if plan is None else <int>(<tuple>entry[1])[j]
+                if slot < 0 or (slots.atts[slot] is not att and slots.atts[slot] != att):
+                    slot = self._c_slot(att)
+                    if plan is not None and slot >= 0:
+                        self._drive_plan = None  # (a slot given or moved: kept next time)
                 bit = (1ULL << slot) if slot >= 0 else 0
                 if settled:
                     if bit:
@@ -1806,44 +1955,34 @@ cdef class EoCore:
     cdef int _c_send_grouped(self, OriginRecord rec, list outs, bint settle) except -1:
         """FWD (or SETTLE) to each router of `outs` its attachments, routers in sorted order,
         each router's attachments in their order in `outs` (a stable sort by router)."""
-        cdef Py_ssize_t n = len(outs), a = 0, b
-        cdef tuple targets
-        for b in range(1, n):  # (usually in order already: no sort then)
-            if (<tuple>outs[b - 1])[0] > (<tuple>outs[b])[0]:
-                outs.sort(key=_router_of)
-                break
-        while a < n:
-            router = (<tuple>outs[a])[0]
-            b = a + 1
-            while b < n and (<tuple>outs[b])[0] == router:
-                b += 1
-            targets = (outs[a],) if b == a + 1 else tuple(outs[a:b])
+        cdef tuple plan = _c_grouped(outs)
+        cdef tuple group
+        cdef Py_ssize_t i
+        for i in range(len(plan)):
+            group = <tuple>plan[i]
             if settle:
-                self._c_to_router(router, ("SETTLE", self.topic, rec.out_tag, targets))
+                self._c_to_router(group[0], ("SETTLE", self.topic, rec.out_tag, group[1]))
             else:
-                self._c_to_router(router, (
-                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
+                self._c_to_router(group[0], (
+                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, group[1]
                 ))
-            a = b
         return 0
 
     cdef _c_check_accept(self, OriginRecord rec):
         cdef set local
-        cdef dict closed
         cdef tuple subs = rec._layout.subs
         cdef Py_ssize_t i
-        if rec.settled or rec.accepted_sent or rec.publisher not in self._pubs:
+        if rec.settled or rec.accepted_sent:
             return
         if self._accept_early:
+            if rec.publisher not in self._pubs:
+                return
             local = {(<LocalSub>ls).sub for ls in self._subs.values()}
             for i in range(len(subs)):
                 if rec._st[i] == S_PENDING and subs[i] in local:
                     return
-        else:
-            closed = self._view.closed
-            for i in range(len(subs)):
-                if rec._st[i] == S_PENDING and subs[i] not in closed:
-                    return  # (closed here: only an ex-driver's hand-over puts one in)
+        elif _c_pending_open(rec, self._view) or rec.publisher not in self._pubs:
+            return  # (the subscribers first: the usual answer, and no lookup)
         rec.accepted_sent = True
         self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, None, False)
 

@@ -15,6 +15,8 @@
 
 from collections import OrderedDict
 
+from posix.time cimport CLOCK_MONOTONIC_COARSE, clock_getres
+
 from qrouter._fast.eo_core cimport (
     EoOut,
     OUT_ACCEPT_PUBLISHER,
@@ -179,6 +181,31 @@ cdef class EoSub(EoEntry):
         return 0
 
 
+cdef int _uv_clock_of(loop) except -2:
+    """The clock libuv's loop time reads (uv_update_time: uv__hrtime(UV_CLOCK_FAST), the
+    coarse monotonic clock if its resolution is 1 ms or finer, else the monotonic one) if
+    `loop.time` is uvloop's own (`self._time() / 1000`, the ms since that clock's epoch); -1
+    for any other loop (its `time` is called)."""
+    cdef timespec res
+    try:
+        from uvloop.loop import Loop as UvLoop
+    except ImportError:
+        return -1
+    if not isinstance(loop, UvLoop) or getattr(type(loop), "time", None) is not UvLoop.time:
+        return -1
+    if clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 and res.tv_sec == 0 and \
+            res.tv_nsec <= 1000000:
+        return CLOCK_MONOTONIC_COARSE
+    return CLOCK_MONOTONIC
+
+
+cdef inline double _uv_time(int clock) noexcept:
+    """uvloop's `Loop.time()`: uv_now(), whole ms of `clock`, over 1000 (the same double)."""
+    cdef timespec ts
+    clock_gettime(clock, &ts)
+    return <double>(<uint64_t>ts.tv_sec * 1000 + <uint64_t>ts.tv_nsec // 1000000) / 1000
+
+
 cdef class EoLinks:
     """The per-message half of `qrouter.guarantee.Guarantees` (its base)."""
     cdef public dict topics  # topic -> TopicRouter (an EoCore)
@@ -194,6 +221,7 @@ cdef class EoLinks:
     cdef public int64_t window  # a publisher's unaccepted deliveries in flight per link
     cdef object _clock_of  # the loop whose `time` `_clock` is (c_now: no lookup per input)
     cdef object _clock
+    cdef int _uv_clock  # -1: call `_clock`; else the clock id uvloop's `time` reads (c_now)
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -212,11 +240,16 @@ cdef class EoLinks:
         return None, None
 
     cdef double c_now(self) except? -1:
+        """The loop's `time()` (what the tick and Python see), per input: for uvloop's own
+        `time`, the same value read in C (_uv_time) rather than through a Python call."""
         loop = self.loop
         if loop is not None:
             if loop is not self._clock_of:
                 self._clock = loop.time
                 self._clock_of = loop
+                self._uv_clock = _uv_clock_of(loop)
+            if self._uv_clock >= 0:
+                return _uv_time(self._uv_clock)
             return self._clock()
         return monotonic()
 

@@ -28,7 +28,7 @@
 # cannot exceed the octets left (every value takes at least one), nesting stops at
 # EO_MAX_DEPTH, and anything else malformed raises DecodeError.
 
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
@@ -159,6 +159,41 @@ cdef int _eor_subs(Writer w, object v) except -1:
     return 0
 
 
+# A FWD's publisher pair and its targets are, message after message, the very same tuples
+# (the origin record's publisher; the driver's groups, eo_core's _c_grouped): each one
+# packed lately is kept with its octets (direct-mapped by address; the tuple is held, so
+# an address names one object while kept, and tuples of str and int cannot change), and
+# packed again by copying them. Pairs and targets are kept apart (a tuple kept as one is
+# refused as the other, as before). Bounded: EOR_HELD slots of each.
+cdef enum:
+    EOR_HELD = 16           # a power of two
+cdef list _eor_held_obj = [None] * (2 * EOR_HELD)
+cdef list _eor_held_raw = [None] * (2 * EOR_HELD)
+
+
+cdef int _eor_held_pack(Writer w, object v, bint atts) except -1:
+    """_eor_atts (atts) or _eor_pair of `v`, from the octets kept for it if any."""
+    cdef Py_ssize_t slot = ((<Py_ssize_t><PyObject*>v >> 4) & (EOR_HELD - 1)) + \
+        (EOR_HELD if atts else 0)
+    cdef Py_ssize_t start = w.length, n
+    if _eor_held_obj[slot] is v:
+        raw = _eor_held_raw[slot]
+        n = PyBytes_GET_SIZE(raw)
+        if w.length + n > w.capacity:
+            w.grow(n)
+        memcpy(w.data + w.length, PyBytes_AS_STRING(raw), n)
+        w.length += n
+        return 0
+    if atts:
+        _eor_atts(w, v)
+    else:
+        _eor_pair(w, v)
+    _eor_held_raw[slot] = PyBytes_FromStringAndSize(<const char*>(w.data + start),
+                                                    w.length - start)
+    _eor_held_obj[slot] = v
+    return 0
+
+
 cdef int _eor_pack(Writer w, tuple v, int code) except -1:
     """A per-message record (see the top): tag, length (patched), op code, fields."""
     cdef Py_ssize_t n = len(v)
@@ -174,12 +209,12 @@ cdef int _eor_pack(Writer w, tuple v, int code) except -1:
     _eor_str(w, v[1])
     _eor_bytes(w, v[2])
     if code == EOR_FWD:
-        _eor_pair(w, v[3])
+        _eor_held_pack(w, v[3], False)
         _eor_bytes(w, v[4])
         _eor_bytes(w, v[5])
-        _eor_atts(w, v[6])
+        _eor_held_pack(w, v[6], True)
     elif code == EOR_SETTLE:
-        _eor_atts(w, v[3])
+        _eor_held_pack(w, v[3], True)
     else:
         _eor_subs(w, v[3])
     if w.length - start - 4 > 0xFFFFFFFF:

@@ -55,6 +55,9 @@ class SubscriberView:
         self.last_att: dict[Sub, AttId] = {}
         self.claims: dict[AttId, Claim] = {}
         self._by_sub: dict[Sub, set[AttId]] = {}
+        # counts the changes of `_by_sub` (the compiled driver keeps what it read from it
+        # until this moves: eo_core's EoCore._c_drive_plan)
+        self.gen = 0
         # the stamps of the attachments named above (claims, last_att, closed), and no others
         self.stamps: dict[AttId, int] = {}
 
@@ -152,6 +155,7 @@ class SubscriberView:
             self.last_att[claim.sub] = claim.att  # the newest (by arrival if unknown)
             self._unname(last)
         self._by_sub.setdefault(claim.sub, set()).add(claim.att)
+        self.gen += 1
         self.known[claim.sub] = None
         return True
 
@@ -161,6 +165,7 @@ class SubscriberView:
             return None
         atts = self._by_sub[claim.sub]
         atts.discard(att)
+        self.gen += 1
         if not atts:
             del self._by_sub[claim.sub]
             if claim.sub in self.known:

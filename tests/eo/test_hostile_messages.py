@@ -180,6 +180,32 @@ def test_records_encode_octet_for_octet_as_documented(recs: list[Any]) -> None:
     assert eo_pack(recs) == listed
 
 
+def test_repeated_record_tuples_encode_as_documented() -> None:
+    """The encoder keeps the octets of the publisher pairs and targets it packed, by the
+    tuple (eo_wire.pxi, _eor_held_pack): the same tuple packed again, after enough others to
+    reuse every slot, still gives the documented octets; a tuple refused as targets or as a
+    pair is refused again, also after the other kind of field took it."""
+    from qrouter._fast.engine import eo_pack
+
+    pub, targets = ("c", "l"), (("B", 1, 2), ("B", 3, -4))
+    fwd = ("FWD", "t", b"o" * 16, pub, b"tag", b"body", targets)
+    settle = ("SETTLE", "t", b"o" * 16, targets)
+    for i in range(100):
+        other = ("FWD", "t", b"o", (f"c{i}", "l"), b"", b"", ((f"R{i}", i, -i),))
+        assert eo_pack(other) == _record_octets(other)
+        assert eo_pack(fwd) == _record_octets(fwd)
+        assert eo_pack(settle) == _record_octets(settle)
+    # a pair given as targets, targets given as a pair: refused each time
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            eo_pack(("SETTLE", "t", b"o", pub))
+        with pytest.raises(ValueError):
+            eo_pack(("FWD", "t", b"o", targets, b"", b"", targets))
+        assert eo_pack(("SETTLE", "t", b"o", ())) == _record_octets(("SETTLE", "t", b"o", ()))
+        with pytest.raises(ValueError):
+            eo_pack(("FWD", "t", b"o", (), b"", b"", ()))
+
+
 def test_repeated_record_spans_decode_alike_and_kinds_stay_apart() -> None:
     """The decoder keeps the tuples of publisher pairs and targets it decoded, by their
     octets (eo_wire.pxi): the same octets give an equal (shared) tuple, different octets in
