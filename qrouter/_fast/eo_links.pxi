@@ -253,6 +253,10 @@ cdef class EoLinks:
             return self._clock()
         return monotonic()
 
+    def now(self):
+        """c_now() from Python (tests: the value read in C is the loop's own `time()`)."""
+        return self.c_now()
+
     def apply_outputs(self, OutQueue outputs not None):
         """Apply `outputs` in order (after their records are committed), leaving it empty;
         one that fails is logged and does not stop the others. What they stage (their
