@@ -27,6 +27,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.dict cimport PyDict_SetDefault
+from cpython.list cimport PyList_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcpy
 from enum import IntEnum
 
@@ -44,6 +47,23 @@ cdef enum:
     L_ACCEPTED = 3
     L_SETTLING = 4
     L_SEEN = 5
+
+cdef extern from *:
+    """
+    /* A dict's version (PEP 509): it changes with every change of the dict, and no two
+       states of any dicts share one, so an equal version means the same dict, unchanged.
+       0: unknown (Python 3.12 deprecated the field; there the callers compare contents). */
+    static CYTHON_INLINE unsigned long long eo_dict_version(PyObject *d) {
+    #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION) && !defined(Py_LIMITED_API)
+        return (unsigned long long)((PyDictObject *)d)->ma_version_tag;
+    #else
+        (void)d;
+        return 0;
+    #endif
+    }
+    """
+    unsigned long long eo_dict_version(dict d)
+
 
 cdef int EO_VERSION = 1
 PROTOCOL_VERSION = EO_VERSION  # messages.EO_VERSION
@@ -154,6 +174,10 @@ cdef bytes _pair(tuple pair):
     return out
 
 
+cdef enum:
+    LAYOUT_HINTS = 8  # a power of two: _Layout.c_pos's positions kept by subscriber object
+
+
 cdef class _Layout:
     """The subscribers of origin records, in a record's order, shared by every record with
     the same ones (a topic's records while its subscribers do not change): a record keeps one
@@ -171,6 +195,13 @@ cdef class _Layout:
     cdef bytes template
     cdef Py_ssize_t *_at
     cdef Py_ssize_t *_pos
+    # the positions of the subscriber ids the messages name, by the id object (c_pos): the
+    # wire decoder hands the same tuple for the same octets, the local links their own, so
+    # an ACCEPT or SEEN finds its subscribers with no hash. Each slot holds a reference to
+    # its id (an address is never another object's) and only exact tuples go in (immutable,
+    # so the position found for one stays right); a miss looks it up in `index`.
+    cdef PyObject *_hint_sub[LAYOUT_HINTS]
+    cdef Py_ssize_t _hint_pos[LAYOUT_HINTS]
 
     def __cinit__(self, tuple subs):
         self.subs = subs
@@ -196,8 +227,27 @@ cdef class _Layout:
         self.template = b"".join(parts)
 
     def __dealloc__(self):
+        cdef Py_ssize_t i
         PyMem_Free(self._at)
         PyMem_Free(self._pos)
+        for i in range(LAYOUT_HINTS):
+            Py_XDECREF(self._hint_sub[i])
+
+    cdef inline Py_ssize_t c_pos(self, sub) except -2:
+        """The position of `sub` (index.get(sub)), -1 if it is not one of the subscribers."""
+        cdef size_t h = (<size_t><PyObject *>sub >> 4) & (LAYOUT_HINTS - 1)
+        cdef PyObject *old = self._hint_sub[h]
+        if old == <PyObject *>sub:
+            return self._hint_pos[h]
+        pos = self.index.get(sub)
+        if pos is None:
+            return -1
+        if type(sub) is tuple:
+            Py_INCREF(sub)
+            self._hint_sub[h] = <PyObject *>sub
+            self._hint_pos[h] = <Py_ssize_t>pos
+            Py_XDECREF(old)
+        return <Py_ssize_t>pos
 
 
 cdef _Layout _layout_of(tuple subs):
@@ -290,6 +340,23 @@ cdef enum:
     ATT_SLOTS = 64  # attachment slots of a topic: bits of a record's sent-sets
 
 
+cdef bint _same_members(set s, tuple order):
+    """set(order) == s, decided by identity: every member of `s` is one of the (distinct)
+    objects of `order`, and they are as many. False when not so (the caller compares then):
+    the view's sets hold the same id objects from one message to the next, so this hashes
+    nothing."""
+    cdef Py_ssize_t n = len(order), j
+    if len(s) != n or n > 4:
+        return False
+    for a in s:
+        for j in range(n):
+            if <PyObject *>PyTuple_GET_ITEM(order, j) == <PyObject *>a:
+                break
+        else:
+            return False
+    return True
+
+
 cdef class _AttSlots:
     """A topic's subscriber attachments by slot (0..63), for the origin records' sent-sets
     as bits (forwarded, filled, settle_sent). A slot is freed only by `EoCore._c_slot` when
@@ -300,6 +367,9 @@ cdef class _AttSlots:
     cdef dict slot  # att -> slot
     cdef list atts  # slot -> att, or None
     cdef unsigned long long used
+    # att object -> its slot, by the object's address (EoCore._c_slot): a hint, right only
+    # if `atts` holds that very object in that slot (so nothing to keep in step)
+    cdef unsigned char hint[ATT_SLOTS]
 
     def __cinit__(self):
         self.slot = {}
@@ -339,6 +409,9 @@ cdef class OriginRecord:
     cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
     cdef unsigned char _inline[INLINE_SUBS]
     cdef public bint settled  # the publisher settled (or forgot) the delivery
+    # the staging generation (EoCore._sgen) of its core's `_dirty` that holds it: 0, or an
+    # older one, if `_dirty` does not (EoCore._c_save_origin)
+    cdef unsigned long long _sgen
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
     # as bits by attachment slot of the topic's `_slots` (set by the core when it sets a bit),
@@ -1201,6 +1274,9 @@ cdef tuple _out_entry(EoOut *o):
     return ("call", <object>o.topic, (<object>o.a, <object>o.b))
 
 
+cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1234,6 +1310,9 @@ cdef class EoCore:
     # deleted (both keys). `_puts`/`_dels` hold every other key (k/, c/), and a body's key
     # when a record is deleted and saved again without it in one commit (`_m_dels`)
     cdef public dict _dirty
+    # `_dirty`'s generation: a new one (unique among the cores) each time `_dirty` empties at
+    # a commit; a record whose `_sgen` is it is in `_dirty` (saving it again changes nothing)
+    cdef unsigned long long _sgen
     cdef dict _bodies
     cdef dict _gone
     cdef bint _m_dels
@@ -1261,6 +1340,9 @@ cdef class EoCore:
     cdef dict _sub_order
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
+    # view.known's version (eo_dict_version) when `_known_order` was found equal to it: 0 if
+    # unknown; the same version again means the same dict, unchanged (no compare needed)
+    cdef unsigned long long _known_version
     cdef bint _accept_early
     cdef bint _drop_on_settle
     # the settled records of `_locals` (tombstones) from `_settled_head` on, in the order they
@@ -1278,6 +1360,7 @@ cdef class EoCore:
         self._bodies = {}
         self._gone = {}
         self._known = set()
+        self._c_new_sgen()
 
     def bind_router(self, g, bytes prefix, bytes mark):
         """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
@@ -1313,14 +1396,15 @@ cdef class EoCore:
             self._c_log("warning", f"transfer from {pub} which is not attached, dropped")
             self._c_flush()
             return
-        link.awaiting.discard(tag)
+        if link.awaiting:
+            link.awaiting.discard(tag)
         cdef bytes out_tag = link.c_out_tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
             # every subscriber of view.subscribers() PENDING
             rec = _new_origin(out_tag, pub, _bytes(tag), _bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
-            owed = link.owed.pop(tag, None)
+            owed = link.owed.pop(tag, None) if link.owed else None
             if owed:  # (empty: nothing to merge)
                 self._merge_owed(rec, owed)
             self._c_save_origin(rec, True)
@@ -1527,14 +1611,15 @@ cdef class EoCore:
     cdef _c_on_accept(self, bytes out_tag, tuple accepted):
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
-        cdef dict index
+        cdef _Layout layout
+        cdef Py_ssize_t pos
         if rec is None or rec.settled:
             return
-        index = rec._layout.index
+        layout = rec._layout
         for sub in accepted:
-            pos = index.get(sub)
-            if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
-                rec._st[<Py_ssize_t>pos] = S_ACCEPTED
+            pos = layout.c_pos(sub)
+            if pos >= 0 and rec._st[pos] == S_PENDING:
+                rec._st[pos] = S_ACCEPTED
                 changed = True
         if changed:
             self._c_save_origin(rec, False)
@@ -1592,14 +1677,15 @@ cdef class EoCore:
     cdef _c_on_seen(self, bytes out_tag, tuple seen):
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
-        cdef dict index
+        cdef _Layout layout
+        cdef Py_ssize_t pos
         if rec is None or not rec.settled:
             return
-        index = rec._layout.index
+        layout = rec._layout
         for sub in seen:
-            pos = index.get(sub)
-            if pos is not None and rec._st[<Py_ssize_t>pos] != S_SEEN:
-                rec._st[<Py_ssize_t>pos] = S_SEEN
+            pos = layout.c_pos(sub)
+            if pos >= 0 and rec._st[pos] != S_SEEN:
+                rec._st[pos] = S_SEEN
                 changed = True
         if changed:
             self._c_save_origin(rec, False)
@@ -1613,6 +1699,11 @@ cdef class EoCore:
         known = self._view.known
         cached = self._known_order
         cdef frozenset was
+        cdef unsigned long long version = 0
+        if type(known) is dict:
+            version = eo_dict_version(<dict>known)
+            if version and version == self._known_version and cached is not None:
+                return <_Layout>(<tuple>cached)[1]  # (unchanged since it was compared)
         if cached is not None:
             was = <frozenset>(<tuple>cached)[0]
             if type(known) is dict:
@@ -1622,21 +1713,26 @@ cdef class EoCore:
                         if sub not in was:
                             break
                     else:
+                        self._known_version = version
                         return <_Layout>(<tuple>cached)[1]
             elif was == known.keys():
                 return <_Layout>(<tuple>cached)[1]
         cdef tuple order = tuple(sorted(known))
         cdef _Layout layout = _layout_of(order)
         self._known_order = (frozenset(order), layout)
+        self._known_version = version
         return layout
 
     cdef tuple _c_sub_atts(self, sub, set sub_atts):
         """sorted(sub_atts), the attachments of `sub` in the view's order (view.claims_of):
         computed once per change of the view's claims of `sub`, not once per message."""
         cdef tuple cached = self._sub_order.get(sub)
-        if cached is not None and (<frozenset>cached[0]) == sub_atts:
-            return <tuple>cached[1]
-        cdef tuple order = tuple(sorted(sub_atts))
+        cdef tuple order
+        if cached is not None:
+            order = <tuple>cached[1]
+            if _same_members(sub_atts, order) or (<frozenset>cached[0]) == sub_atts:
+                return order
+        order = tuple(sorted(sub_atts))
         if len(self._sub_order) >= 2 * len(self._view._by_sub) + 64:
             self._sub_order.clear()  # subscribers gone: bounded by the view's
         self._sub_order[sub] = (frozenset(sub_atts), order)
@@ -1648,8 +1744,13 @@ cdef class EoCore:
         cdef unsigned long long keep = 0
         cdef OriginRecord rec
         cdef int i
+        cdef size_t h = (<size_t><PyObject *>att >> 4) & (ATT_SLOTS - 1)
+        i = slots.hint[h]
+        if <PyObject *>PyList_GET_ITEM(slots.atts, i) == <PyObject *>att:
+            return i  # (the attachment ids of a view's claims are the same objects: no hash)
         got = slots.slot.get(att)
         if got is not None:
+            slots.hint[h] = <unsigned char>(<int>got)
             return <int>got
         if slots.used == 0xFFFFFFFFFFFFFFFFULL:
             # full: free the slots no record's bit and no claim of the view holds
@@ -1667,6 +1768,7 @@ cdef class EoCore:
                 slots.used |= 1ULL << i
                 slots.atts[i] = att
                 slots.slot[att] = i
+                slots.hint[h] = <unsigned char>i
                 return i
         return -1
 
@@ -1937,30 +2039,45 @@ cdef class EoCore:
     cdef int _c_save_origin(self, OriginRecord rec, bint body) except -1:
         cdef bytes tag
         cdef bint with_body
+        cdef PyObject *was
         if self.eo:
             tag = rec.out_tag
             with_body = body and rec.body is not None
-            if self._gone and self._gone.pop(tag, None) is not None:
-                if not with_body:
-                    # deleted and saved again in one commit, without its body: that stays
-                    # deleted
-                    self._dels.add(b"m/" + tag)
-                    self._m_dels = True
-                else:
-                    self._known.add(tag)
-            self._dirty[tag] = rec  # encoded once, at the commit (see _flush)
+            if rec._sgen != self._sgen:  # (else in `_dirty` already, so not in `_gone`)
+                if self._gone and self._gone.pop(tag, None) is not None:
+                    if not with_body:
+                        # deleted and saved again in one commit, without its body: that
+                        # stays deleted
+                        self._dels.add(b"m/" + tag)
+                        self._m_dels = True
+                    else:
+                        self._known.add(tag)
+                # encoded once, at the commit (see _flush)
+                was = PyDict_SetDefault(self._dirty, tag, rec)
+                if was != <PyObject *>rec:  # another record of the tag's: it goes
+                    (<OriginRecord>was)._sgen = 0
+                    self._dirty[tag] = rec
+                rec._sgen = self._sgen
             if with_body:
                 if self._m_dels:
                     self._dels.discard(b"m/" + tag)
                 self._bodies[tag] = rec.body
         return 0
 
+    cdef void _c_new_sgen(self) noexcept:
+        """`_dirty` emptied (a commit): a generation no record holds."""
+        global _sgen_last
+        _sgen_last += 1
+        self._sgen = _sgen_last
+
     cdef _c_delete_origin(self, OriginRecord rec):
         cdef bytes tag = rec.out_tag
         self._origins.pop(tag, None)
         if self.eo:
             if self._dirty:
-                self._dirty.pop(tag, None)
+                was = self._dirty.pop(tag, None)
+                if was is not None:
+                    (<OriginRecord>was)._sgen = 0
             if self._bodies:
                 self._bodies.pop(tag, None)
             self._gone[tag] = rec  # (its o/ and m/ keys; _puts never holds them)
@@ -2009,6 +2126,7 @@ cdef class EoCore:
                 puts, dels, dirty = self._puts, self._dels, self._dirty
                 bodies, gone = self._bodies, self._gone
                 self._puts, self._dels, self._dirty = {}, set(), {}
+                self._c_new_sgen()
                 self._bodies, self._gone, self._m_dels = {}, {}, False
                 if self._known:
                     self._known.clear()
@@ -2565,6 +2683,7 @@ def committed(list cores):
         core._puts.clear()
         core._dels.clear()
         core._dirty.clear()
+        core._c_new_sgen()
         if core._bodies:
             core._bodies.clear()
         if core._gone:
@@ -2639,16 +2758,23 @@ def receive_messages(g, src, list messages, double now):
     Python frame; anything else (the control maps, a topic to make, a malformed message)
     goes to `g.receive_one(src, message, now)`."""
     cdef dict topics = g.topics
-    cdef EoCore core
+    cdef EoCore core = None
+    name = None  # the topic of `core` (the messages of an envelope are mostly one topic's)
     for m in messages:
         if type(m) is tuple and len(<tuple>m) >= 2 and type((<tuple>m)[1]) is str:
-            t = topics.get((<tuple>m)[1])
-            if t is not None:
+            if (<tuple>m)[1] is not name:  # (the decoder's names are the same objects)
+                t = topics.get((<tuple>m)[1])
+                if t is None:
+                    name = None
+                    g.receive_one(src, m, now)
+                    continue
                 core = <EoCore?>t
-                core._now = now
-                core._c_receive(src, m)
-                core._c_flush()
-                continue
+                name = (<tuple>m)[1]
+            core._now = now
+            core._c_receive(src, m)
+            core._c_flush()
+            continue
+        name = None  # (Python may make or drop topics)
         g.receive_one(src, m, now)
 
 
