@@ -175,7 +175,14 @@ cdef bytes _pair(tuple pair):
 
 
 cdef enum:
-    LAYOUT_HINTS = 8  # a power of two: _Layout.c_pos's positions kept by subscriber object
+    LAYOUT_HINTS = 16  # a power of two: _Layout.c_pos's positions kept by subscriber object
+
+
+cdef inline size_t _addr_slot(void *p, size_t n) noexcept:
+    """A slot (0..n-1, n a power of two) of an object's address: a multiplicative hash, since
+    the low bits repeat (objects of one size sit at multiples of it). The hint tables below
+    look in the slot and its neighbour (slot ^ 1): two objects whose slots collide both stay."""
+    return <size_t>(((<unsigned long long><size_t>p) * 0x9E3779B97F4A7C15ULL) >> 40) & (n - 1)
 
 
 cdef class _Layout:
@@ -235,14 +242,19 @@ cdef class _Layout:
 
     cdef inline Py_ssize_t c_pos(self, sub) except -2:
         """The position of `sub` (index.get(sub)), -1 if it is not one of the subscribers."""
-        cdef size_t h = (<size_t><PyObject *>sub >> 4) & (LAYOUT_HINTS - 1)
-        cdef PyObject *old = self._hint_sub[h]
-        if old == <PyObject *>sub:
+        cdef size_t h = _addr_slot(<PyObject *>sub, LAYOUT_HINTS)
+        cdef PyObject *old
+        if self._hint_sub[h] == <PyObject *>sub:
             return self._hint_pos[h]
+        if self._hint_sub[h ^ 1] == <PyObject *>sub:
+            return self._hint_pos[h ^ 1]
         pos = self.index.get(sub)
         if pos is None:
             return -1
-        if type(sub) is tuple:
+        if type(sub) is tuple:  # in slot h; the one there moves to h ^ 1 (and that one goes)
+            old = self._hint_sub[h ^ 1]
+            self._hint_sub[h ^ 1] = self._hint_sub[h]
+            self._hint_pos[h ^ 1] = self._hint_pos[h]
             Py_INCREF(sub)
             self._hint_sub[h] = <PyObject *>sub
             self._hint_pos[h] = <Py_ssize_t>pos
@@ -1274,6 +1286,37 @@ cdef tuple _out_entry(EoOut *o):
     return ("call", <object>o.topic, (<object>o.a, <object>o.b))
 
 
+cdef enum:
+    SUB_HINTS = 16  # a power of two: EoCore._sub_hint's entries (see _addr_slot)
+
+
+cdef inline bint _sub_hint_is(list hints, size_t i, sub):
+    """Slot i of EoCore._sub_hint holds `sub`'s entry (the object itself)."""
+    cdef PyObject *e = PyList_GET_ITEM(hints, i)
+    return e != <PyObject *>None and PyTuple_GET_ITEM(<tuple>e, 2) == <PyObject *>sub
+
+
+cdef inline tuple _sub_hint_get(list hints, size_t h, sub):
+    """`sub`'s entry in slot h or h ^ 1 of EoCore._sub_hint, or None."""
+    if _sub_hint_is(hints, h, sub):
+        return <tuple>PyList_GET_ITEM(hints, h)
+    if _sub_hint_is(hints, h ^ 1, sub):
+        return <tuple>PyList_GET_ITEM(hints, h ^ 1)
+    return None
+
+
+cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
+    """`entry`, `sub`'s, where `sub`'s was in slot h or h ^ 1, or else in slot h with the
+    one there moved to h ^ 1 (whose one goes)."""
+    if _sub_hint_is(hints, h ^ 1, sub):
+        hints[h ^ 1] = entry
+        return 0
+    if not _sub_hint_is(hints, h, sub):
+        hints[h ^ 1] = hints[h]
+    hints[h] = entry
+    return 0
+
+
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
 
 
@@ -1336,8 +1379,12 @@ cdef class EoCore:
     cdef public bint _committing  # in _commit_list
     cdef public dict _mem  # no store: the topic's records in the router's memory, by key
     cdef object _unsafe
-    # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
+    # sub -> (its attachments in the view, as a frozenset; the same in order; sub): _c_sub_atts
     cdef dict _sub_order
+    # the same entries by the sub object's address (SUB_HINTS of them: the layout's subs are
+    # the same objects from one message to the next), found with no hash; the entry's sub
+    # says whose it is (and holds it: an address is never another object's)
+    cdef list _sub_hint
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
     # view.known's version (eo_dict_version) when `_known_order` was found equal to it: 0 if
@@ -1354,6 +1401,7 @@ cdef class EoCore:
 
     def __cinit__(self):
         self._sub_order = {}
+        self._sub_hint = [None] * SUB_HINTS
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
@@ -1726,16 +1774,25 @@ cdef class EoCore:
     cdef tuple _c_sub_atts(self, sub, set sub_atts):
         """sorted(sub_atts), the attachments of `sub` in the view's order (view.claims_of):
         computed once per change of the view's claims of `sub`, not once per message."""
-        cdef tuple cached = self._sub_order.get(sub)
+        cdef size_t h = _addr_slot(<PyObject *>sub, SUB_HINTS)
+        cdef tuple cached = _sub_hint_get(self._sub_hint, h, sub)
+        cdef bint hinted = cached is not None
         cdef tuple order
+        if not hinted:
+            cached = self._sub_order.get(sub)
         if cached is not None:
+            # (each entry's order is sorted(its frozenset): right whichever entry it is)
             order = <tuple>cached[1]
             if _same_members(sub_atts, order) or (<frozenset>cached[0]) == sub_atts:
+                if not hinted:
+                    _sub_hint_set(self._sub_hint, h, sub, cached)
                 return order
         order = tuple(sorted(sub_atts))
         if len(self._sub_order) >= 2 * len(self._view._by_sub) + 64:
             self._sub_order.clear()  # subscribers gone: bounded by the view's
-        self._sub_order[sub] = (frozenset(sub_atts), order)
+        cached = (frozenset(sub_atts), order, sub)
+        self._sub_order[sub] = cached
+        _sub_hint_set(self._sub_hint, h, sub, cached)
         return order
 
     cdef int _c_slot(self, att) except -2:
@@ -1744,12 +1801,17 @@ cdef class EoCore:
         cdef unsigned long long keep = 0
         cdef OriginRecord rec
         cdef int i
-        cdef size_t h = (<size_t><PyObject *>att >> 4) & (ATT_SLOTS - 1)
+        cdef size_t h = _addr_slot(<PyObject *>att, ATT_SLOTS)
+        # (the attachment ids of a view's claims are the same objects: no hash)
         i = slots.hint[h]
         if <PyObject *>PyList_GET_ITEM(slots.atts, i) == <PyObject *>att:
-            return i  # (the attachment ids of a view's claims are the same objects: no hash)
+            return i
+        i = slots.hint[h ^ 1]
+        if <PyObject *>PyList_GET_ITEM(slots.atts, i) == <PyObject *>att:
+            return i
         got = slots.slot.get(att)
         if got is not None:
+            slots.hint[h ^ 1] = slots.hint[h]  # (in slot h; the one there moves to h ^ 1)
             slots.hint[h] = <unsigned char>(<int>got)
             return <int>got
         if slots.used == 0xFFFFFFFFFFFFFFFFULL:
@@ -1768,6 +1830,7 @@ cdef class EoCore:
                 slots.used |= 1ULL << i
                 slots.atts[i] = att
                 slots.slot[att] = i
+                slots.hint[h ^ 1] = slots.hint[h]
                 slots.hint[h] = <unsigned char>i
                 return i
         return -1
