@@ -424,6 +424,8 @@ cdef class OriginRecord:
     # the staging generation (EoCore._sgen) of its core's `_dirty` that holds it: 0, or an
     # older one, if `_dirty` does not (EoCore._c_save_origin)
     cdef unsigned long long _sgen
+    # the `uid` of the TopicMemory whose `origins` holds it (commit_memory): 0 if none does
+    cdef unsigned long long _mem_uid
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
     # as bits by attachment slot of the topic's `_slots` (set by the core when it sets a bit),
@@ -2498,12 +2500,28 @@ cdef class TopicMemory(dict):
     a topic when it is made, so a scan never reads the records of a live topic: the
     record's state is then the one its last commit left."""
 
-    cdef public dict origins
+    # (readonly, and changed only here: a record in it as itself knows, OriginRecord._mem_uid)
+    cdef readonly dict origins
     cdef public dict bodies
+    cdef unsigned long long uid  # this one's, unique (OriginRecord._mem_uid)
 
     def __cinit__(self, *args, **kwargs):
+        global _mem_uid_last
         self.origins = {}
         self.bodies = {}
+        _mem_uid_last += 1
+        self.uid = _mem_uid_last
+
+
+cdef unsigned long long _mem_uid_last = 0  # the last TopicMemory.uid given
+
+
+cdef inline int _mem_left(value) except -1:
+    """`value` left a TopicMemory's `origins` (or was replaced there): a record no longer
+    says it is in one."""
+    if isinstance(value, OriginRecord):
+        (<OriginRecord>value)._mem_uid = 0
+    return 0
 
 
 cdef TopicMemory _topic_memory(dict topic_memory, bytes prefix):
@@ -2524,6 +2542,7 @@ cdef int _memory_put(dict mem, bytes sub, value) except -1:
     """mem[sub] = value, an origin record's key (o/, m/) in its `TopicMemory` dict."""
     if type(mem) is TopicMemory:
         if sub.startswith(b"o/"):
+            _mem_left((<TopicMemory>mem).origins.get(sub[2:]))
             (<TopicMemory>mem).origins[sub[2:]] = value
             return 0
         if sub.startswith(b"m/"):
@@ -2537,7 +2556,7 @@ cdef int _memory_pop(dict mem, bytes sub) except -1:
     """mem.pop(sub, None), an origin record's key (o/, m/) from its `TopicMemory` dict."""
     if type(mem) is TopicMemory:
         if sub.startswith(b"o/"):
-            (<TopicMemory>mem).origins.pop(sub[2:], None)
+            _mem_left((<TopicMemory>mem).origins.pop(sub[2:], None))
             return 0
         if sub.startswith(b"m/"):
             (<TopicMemory>mem).bodies.pop(sub[2:], None)
@@ -2666,6 +2685,9 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
     cdef EoCore core
     cdef TopicMemory mem
     cdef dict origins, bodies
+    cdef OriginRecord rec
+    cdef unsigned long long uid
+    cdef PyObject *was
     if loose:
         puts, deletes = split_writes(loose)
         for key in deletes:
@@ -2683,9 +2705,10 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
             core._mem = mem
         origins = mem.origins
         bodies = mem.bodies
+        uid = mem.uid
         if core._gone:
             for tag in core._gone:
-                origins.pop(tag, None)
+                _mem_left(origins.pop(tag, None))
                 bodies.pop(tag, None)
         if core._dels:
             for key in core._dels:  # (k/, c/; m/ when `_m_dels`)
@@ -2693,7 +2716,16 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
         if core._puts:
             for key, value in core._puts.items():  # (k/, c/: never o/ or m/)
                 _memory_put(mem, key, value)
-        origins.update(core._dirty)  # (disjoint from _gone: a save takes it out)
+        # (disjoint from _gone: a save takes it out). A record is kept as itself, so one
+        # that `origins` holds already (saved at an earlier commit) is not stored again
+        for tag, r in core._dirty.items():
+            rec = <OriginRecord>r
+            if rec._mem_uid != uid:
+                was = PyDict_SetDefault(origins, tag, rec)
+                if was != <PyObject *>rec:
+                    _mem_left(<object>was)
+                    origins[tag] = rec
+                rec._mem_uid = uid
         if core._bodies:
             bodies.update(core._bodies)
         if core._marked:
