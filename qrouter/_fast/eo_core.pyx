@@ -1738,6 +1738,11 @@ cdef class EoCore:
                 rec._st[pos] = S_SEEN
                 changed = True
         if changed:
+            if rec.c_done() and not (self._gone and rec.out_tag in self._gone):
+                # the last one: _c_maybe_drop_origin would delete it right after the save,
+                # undoing all the save stages (unless a record of its tag went before it)
+                self._c_delete_origin(rec)
+                return
             self._c_save_origin(rec, False)
             self._c_maybe_drop_origin(rec)
 
