@@ -206,7 +206,8 @@ def collect_writes(
 ) -> tuple[dict[bytes, bytes], set[bytes]]: ...
 
 class TopicMemory(dict[bytes, bytes]):
-    origins: dict[bytes, OriginRecord | bytes]
+    @property
+    def origins(self) -> dict[bytes, OriginRecord | bytes]: ...
     bodies: dict[bytes, bytes]
 
 def log_records(

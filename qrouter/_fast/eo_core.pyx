@@ -27,6 +27,9 @@ from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.stdint cimport uint64_t
+from cpython.dict cimport PyDict_SetDefault
+from cpython.list cimport PyList_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcpy
 from enum import IntEnum
 
@@ -44,6 +47,23 @@ cdef enum:
     L_ACCEPTED = 3
     L_SETTLING = 4
     L_SEEN = 5
+
+cdef extern from *:
+    """
+    /* A dict's version (PEP 509): it changes with every change of the dict, and no two
+       states of any dicts share one, so an equal version means the same dict, unchanged.
+       0: unknown (Python 3.12 deprecated the field; there the callers compare contents). */
+    static CYTHON_INLINE unsigned long long eo_dict_version(PyObject *d) {
+    #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION) && !defined(Py_LIMITED_API)
+        return (unsigned long long)((PyDictObject *)d)->ma_version_tag;
+    #else
+        (void)d;
+        return 0;
+    #endif
+    }
+    """
+    unsigned long long eo_dict_version(dict d)
+
 
 cdef int EO_VERSION = 1
 PROTOCOL_VERSION = EO_VERSION  # messages.EO_VERSION
@@ -153,6 +173,17 @@ cdef bytes _pair(tuple pair):
     return out
 
 
+cdef enum:
+    LAYOUT_HINTS = 16  # a power of two: _Layout.c_pos's positions kept by subscriber object
+
+
+cdef inline size_t _addr_slot(void *p, size_t n) noexcept:
+    """A slot (0..n-1, n a power of two) of an object's address: a multiplicative hash, since
+    the low bits repeat (objects of one size sit at multiples of it). The hint tables below
+    look in the slot and its neighbour (slot ^ 1): two objects whose slots collide both stay."""
+    return <size_t>(((<unsigned long long><size_t>p) * 0x9E3779B97F4A7C15ULL) >> 40) & (n - 1)
+
+
 cdef class _Layout:
     """The subscribers of origin records, in a record's order, shared by every record with
     the same ones (a topic's records while its subscribers do not change): a record keeps one
@@ -170,6 +201,13 @@ cdef class _Layout:
     cdef bytes template
     cdef Py_ssize_t *_at
     cdef Py_ssize_t *_pos
+    # the positions of the subscriber ids the messages name, by the id object (c_pos): the
+    # wire decoder hands the same tuple for the same octets, the local links their own, so
+    # an ACCEPT or SEEN finds its subscribers with no hash. Each slot holds a reference to
+    # its id (an address is never another object's) and only exact tuples go in (immutable,
+    # so the position found for one stays right); a miss looks it up in `index`.
+    cdef PyObject *_hint_sub[LAYOUT_HINTS]
+    cdef Py_ssize_t _hint_pos[LAYOUT_HINTS]
 
     def __cinit__(self, tuple subs):
         self.subs = subs
@@ -195,8 +233,32 @@ cdef class _Layout:
         self.template = b"".join(parts)
 
     def __dealloc__(self):
+        cdef Py_ssize_t i
         PyMem_Free(self._at)
         PyMem_Free(self._pos)
+        for i in range(LAYOUT_HINTS):
+            Py_XDECREF(self._hint_sub[i])
+
+    cdef inline Py_ssize_t c_pos(self, sub) except -2:
+        """The position of `sub` (index.get(sub)), -1 if it is not one of the subscribers."""
+        cdef size_t h = _addr_slot(<PyObject *>sub, LAYOUT_HINTS)
+        cdef PyObject *old
+        if self._hint_sub[h] == <PyObject *>sub:
+            return self._hint_pos[h]
+        if self._hint_sub[h ^ 1] == <PyObject *>sub:
+            return self._hint_pos[h ^ 1]
+        pos = self.index.get(sub)
+        if pos is None:
+            return -1
+        if type(sub) is tuple:  # in slot h; the one there moves to h ^ 1 (and that one goes)
+            old = self._hint_sub[h ^ 1]
+            self._hint_sub[h ^ 1] = self._hint_sub[h]
+            self._hint_pos[h ^ 1] = self._hint_pos[h]
+            Py_INCREF(sub)
+            self._hint_sub[h] = <PyObject *>sub
+            self._hint_pos[h] = <Py_ssize_t>pos
+            Py_XDECREF(old)
+        return <Py_ssize_t>pos
 
 
 cdef _Layout _layout_of(tuple subs):
@@ -289,6 +351,23 @@ cdef enum:
     ATT_SLOTS = 64  # attachment slots of a topic: bits of a record's sent-sets
 
 
+cdef bint _same_members(set s, tuple order):
+    """set(order) == s, decided by identity: every member of `s` is one of the (distinct)
+    objects of `order`, and they are as many. False when not so (the caller compares then):
+    the view's sets hold the same id objects from one message to the next, so this hashes
+    nothing."""
+    cdef Py_ssize_t n = len(order), j
+    if len(s) != n or n > 4:
+        return False
+    for a in s:
+        for j in range(n):
+            if <PyObject *>PyTuple_GET_ITEM(order, j) == <PyObject *>a:
+                break
+        else:
+            return False
+    return True
+
+
 cdef class _AttSlots:
     """A topic's subscriber attachments by slot (0..63), for the origin records' sent-sets
     as bits (forwarded, filled, settle_sent). A slot is freed only by `EoCore._c_slot` when
@@ -299,6 +378,9 @@ cdef class _AttSlots:
     cdef dict slot  # att -> slot
     cdef list atts  # slot -> att, or None
     cdef unsigned long long used
+    # att object -> its slot, by the object's address (EoCore._c_slot): a hint, right only
+    # if `atts` holds that very object in that slot (so nothing to keep in step)
+    cdef unsigned char hint[ATT_SLOTS]
 
     def __cinit__(self):
         self.slot = {}
@@ -338,6 +420,11 @@ cdef class OriginRecord:
     cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
     cdef unsigned char _inline[INLINE_SUBS]
     cdef public bint settled  # the publisher settled (or forgot) the delivery
+    # the staging generation (EoCore._sgen) of its core's `_dirty` that holds it: 0, or an
+    # older one, if `_dirty` does not (EoCore._c_save_origin)
+    cdef unsigned long long _sgen
+    # the `uid` of the TopicMemory whose `origins` holds it (commit_memory): 0 if none does
+    cdef unsigned long long _mem_uid
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
     # as bits by attachment slot of the topic's `_slots` (set by the core when it sets a bit),
@@ -1277,6 +1364,40 @@ cdef bint _c_pending_open(OriginRecord rec, view) except -1:
     return False
 
 
+cdef enum:
+    SUB_HINTS = 16  # a power of two: EoCore._sub_hint's entries (see _addr_slot)
+
+
+cdef inline bint _sub_hint_is(list hints, size_t i, sub):
+    """Slot i of EoCore._sub_hint holds `sub`'s entry (the object itself)."""
+    cdef PyObject *e = PyList_GET_ITEM(hints, i)
+    return e != <PyObject *>None and PyTuple_GET_ITEM(<tuple>e, 2) == <PyObject *>sub
+
+
+cdef inline tuple _sub_hint_get(list hints, size_t h, sub):
+    """`sub`'s entry in slot h or h ^ 1 of EoCore._sub_hint, or None."""
+    if _sub_hint_is(hints, h, sub):
+        return <tuple>PyList_GET_ITEM(hints, h)
+    if _sub_hint_is(hints, h ^ 1, sub):
+        return <tuple>PyList_GET_ITEM(hints, h ^ 1)
+    return None
+
+
+cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
+    """`entry`, `sub`'s, where `sub`'s was in slot h or h ^ 1, or else in slot h with the
+    one there moved to h ^ 1 (whose one goes)."""
+    if _sub_hint_is(hints, h ^ 1, sub):
+        hints[h ^ 1] = entry
+        return 0
+    if not _sub_hint_is(hints, h, sub):
+        hints[h ^ 1] = hints[h]
+    hints[h] = entry
+    return 0
+
+
+cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1310,6 +1431,9 @@ cdef class EoCore:
     # deleted (both keys). `_puts`/`_dels` hold every other key (k/, c/), and a body's key
     # when a record is deleted and saved again without it in one commit (`_m_dels`)
     cdef public dict _dirty
+    # `_dirty`'s generation: a new one (unique among the cores) each time `_dirty` empties at
+    # a commit; a record whose `_sgen` is it is in `_dirty` (saving it again changes nothing)
+    cdef unsigned long long _sgen
     cdef dict _bodies
     cdef dict _gone
     cdef bint _m_dels
@@ -1333,11 +1457,18 @@ cdef class EoCore:
     cdef public bint _committing  # in _commit_list
     cdef public dict _mem  # no store: the topic's records in the router's memory, by key
     cdef object _unsafe
-    # sub -> (its attachments in the view, as a frozenset; the same in order): _c_sub_atts
+    # sub -> (its attachments in the view, as a frozenset; the same in order; sub): _c_sub_atts
     cdef dict _sub_order
+    # the same entries by the sub object's address (SUB_HINTS of them: the layout's subs are
+    # the same objects from one message to the next), found with no hash; the entry's sub
+    # says whose it is (and holds it: an address is never another object's)
+    cdef list _sub_hint
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
     cdef tuple _drive_plan  # (layout, view, view.gen, entries): _c_drive_plan's, or None
+    # view.known's version (eo_dict_version) when `_known_order` was found equal to it: 0 if
+    # unknown; the same version again means the same dict, unchanged (no compare needed)
+    cdef unsigned long long _known_version
     cdef bint _accept_early
     cdef bint _drop_on_settle
     # the settled records of `_locals` (tombstones) from `_settled_head` on, in the order they
@@ -1349,12 +1480,14 @@ cdef class EoCore:
 
     def __cinit__(self):
         self._sub_order = {}
+        self._sub_hint = [None] * SUB_HINTS
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
         self._bodies = {}
         self._gone = {}
         self._known = set()
+        self._c_new_sgen()
 
     def bind_router(self, g, bytes prefix, bytes mark):
         """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
@@ -1390,14 +1523,15 @@ cdef class EoCore:
             self._c_log("warning", f"transfer from {pub} which is not attached, dropped")
             self._c_flush()
             return
-        link.awaiting.discard(tag)
+        if link.awaiting:
+            link.awaiting.discard(tag)
         cdef bytes out_tag = link.c_out_tag(pub, tag)
         rec = self._origins.get(out_tag)
         if rec is None:
             # every subscriber of view.subscribers() PENDING
             rec = _new_origin(out_tag, pub, _bytes(tag), _bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
-            owed = link.owed.pop(tag, None)
+            owed = link.owed.pop(tag, None) if link.owed else None
             if owed:  # (empty: nothing to merge)
                 self._merge_owed(rec, owed)
             self._c_save_origin(rec, True)
@@ -1628,12 +1762,13 @@ cdef class EoCore:
     cdef _c_on_accept(self, bytes out_tag, tuple accepted):
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
-        cdef dict index
+        cdef _Layout layout
         cdef tuple at
-        cdef Py_ssize_t i, k
+        cdef Py_ssize_t i, k, pos
         if rec is None or rec.settled:
             return
-        at = _c_held_positions(rec._layout, accepted)
+        layout = rec._layout
+        at = _c_held_positions(layout, accepted)
         if at is not None:  # (the same subscribers' ACCEPT again: their positions known)
             for i in range(len(at)):
                 k = <Py_ssize_t>at[i]
@@ -1641,11 +1776,10 @@ cdef class EoCore:
                     rec._st[k] = S_ACCEPTED
                     changed = True
         else:
-            index = rec._layout.index
             for sub in accepted:
-                pos = index.get(sub)
-                if pos is not None and rec._st[<Py_ssize_t>pos] == S_PENDING:
-                    rec._st[<Py_ssize_t>pos] = S_ACCEPTED
+                pos = layout.c_pos(sub)
+                if pos >= 0 and rec._st[pos] == S_PENDING:
+                    rec._st[pos] = S_ACCEPTED
                     changed = True
         if changed:
             self._c_save_origin(rec, False)
@@ -1703,16 +1837,22 @@ cdef class EoCore:
     cdef _c_on_seen(self, bytes out_tag, tuple seen):
         cdef OriginRecord rec = self._origins.get(out_tag)
         cdef bint changed = False
-        cdef dict index
+        cdef _Layout layout
+        cdef Py_ssize_t pos
         if rec is None or not rec.settled:
             return
-        index = rec._layout.index
+        layout = rec._layout
         for sub in seen:
-            pos = index.get(sub)
-            if pos is not None and rec._st[<Py_ssize_t>pos] != S_SEEN:
-                rec._st[<Py_ssize_t>pos] = S_SEEN
+            pos = layout.c_pos(sub)
+            if pos >= 0 and rec._st[pos] != S_SEEN:
+                rec._st[pos] = S_SEEN
                 changed = True
         if changed:
+            if rec.c_done() and not (self._gone and rec.out_tag in self._gone):
+                # the last one: _c_maybe_drop_origin would delete it right after the save,
+                # undoing all the save stages (unless a record of its tag went before it)
+                self._c_delete_origin(rec)
+                return
             self._c_save_origin(rec, False)
             self._c_maybe_drop_origin(rec)
 
@@ -1724,6 +1864,11 @@ cdef class EoCore:
         known = self._view.known
         cached = self._known_order
         cdef frozenset was
+        cdef unsigned long long version = 0
+        if type(known) is dict:
+            version = eo_dict_version(<dict>known)
+            if version and version == self._known_version and cached is not None:
+                return <_Layout>(<tuple>cached)[1]  # (unchanged since it was compared)
         if cached is not None:
             was = <frozenset>(<tuple>cached)[0]
             if type(known) is dict:
@@ -1733,24 +1878,38 @@ cdef class EoCore:
                         if sub not in was:
                             break
                     else:
+                        self._known_version = version
                         return <_Layout>(<tuple>cached)[1]
             elif was == known.keys():
                 return <_Layout>(<tuple>cached)[1]
         cdef tuple order = tuple(sorted(known))
         cdef _Layout layout = _layout_of(order)
         self._known_order = (frozenset(order), layout)
+        self._known_version = version
         return layout
 
     cdef tuple _c_sub_atts(self, sub, set sub_atts):
         """sorted(sub_atts), the attachments of `sub` in the view's order (view.claims_of):
         computed once per change of the view's claims of `sub`, not once per message."""
-        cdef tuple cached = self._sub_order.get(sub)
-        if cached is not None and (<frozenset>cached[0]) == sub_atts:
-            return <tuple>cached[1]
-        cdef tuple order = tuple(sorted(sub_atts))
+        cdef size_t h = _addr_slot(<PyObject *>sub, SUB_HINTS)
+        cdef tuple cached = _sub_hint_get(self._sub_hint, h, sub)
+        cdef bint hinted = cached is not None
+        cdef tuple order
+        if not hinted:
+            cached = self._sub_order.get(sub)
+        if cached is not None:
+            # (each entry's order is sorted(its frozenset): right whichever entry it is)
+            order = <tuple>cached[1]
+            if _same_members(sub_atts, order) or (<frozenset>cached[0]) == sub_atts:
+                if not hinted:
+                    _sub_hint_set(self._sub_hint, h, sub, cached)
+                return order
+        order = tuple(sorted(sub_atts))
         if len(self._sub_order) >= 2 * len(self._view._by_sub) + 64:
             self._sub_order.clear()  # subscribers gone: bounded by the view's
-        self._sub_order[sub] = (frozenset(sub_atts), order)
+        cached = (frozenset(sub_atts), order, sub)
+        self._sub_order[sub] = cached
+        _sub_hint_set(self._sub_hint, h, sub, cached)
         return order
 
     cdef tuple _c_drive_plan(self, _Layout layout):
@@ -1792,8 +1951,18 @@ cdef class EoCore:
         cdef unsigned long long keep = 0
         cdef OriginRecord rec
         cdef int i
+        cdef size_t h = _addr_slot(<PyObject *>att, ATT_SLOTS)
+        # (the attachment ids of a view's claims are the same objects: no hash)
+        i = slots.hint[h]
+        if <PyObject *>PyList_GET_ITEM(slots.atts, i) == <PyObject *>att:
+            return i
+        i = slots.hint[h ^ 1]
+        if <PyObject *>PyList_GET_ITEM(slots.atts, i) == <PyObject *>att:
+            return i
         got = slots.slot.get(att)
         if got is not None:
+            slots.hint[h ^ 1] = slots.hint[h]  # (in slot h; the one there moves to h ^ 1)
+            slots.hint[h] = <unsigned char>(<int>got)
             return <int>got
         if slots.used == 0xFFFFFFFFFFFFFFFFULL:
             # full: free the slots no record's bit and no claim of the view holds
@@ -1811,6 +1980,8 @@ cdef class EoCore:
                 slots.used |= 1ULL << i
                 slots.atts[i] = att
                 slots.slot[att] = i
+                slots.hint[h ^ 1] = slots.hint[h]
+                slots.hint[h] = <unsigned char>i
                 return i
         return -1
 
@@ -2085,30 +2256,45 @@ cdef class EoCore:
     cdef int _c_save_origin(self, OriginRecord rec, bint body) except -1:
         cdef bytes tag
         cdef bint with_body
+        cdef PyObject *was
         if self.eo:
             tag = rec.out_tag
             with_body = body and rec.body is not None
-            if self._gone and self._gone.pop(tag, None) is not None:
-                if not with_body:
-                    # deleted and saved again in one commit, without its body: that stays
-                    # deleted
-                    self._dels.add(b"m/" + tag)
-                    self._m_dels = True
-                else:
-                    self._known.add(tag)
-            self._dirty[tag] = rec  # encoded once, at the commit (see _flush)
+            if rec._sgen != self._sgen:  # (else in `_dirty` already, so not in `_gone`)
+                if self._gone and self._gone.pop(tag, None) is not None:
+                    if not with_body:
+                        # deleted and saved again in one commit, without its body: that
+                        # stays deleted
+                        self._dels.add(b"m/" + tag)
+                        self._m_dels = True
+                    else:
+                        self._known.add(tag)
+                # encoded once, at the commit (see _flush)
+                was = PyDict_SetDefault(self._dirty, tag, rec)
+                if was != <PyObject *>rec:  # another record of the tag's: it goes
+                    (<OriginRecord>was)._sgen = 0
+                    self._dirty[tag] = rec
+                rec._sgen = self._sgen
             if with_body:
                 if self._m_dels:
                     self._dels.discard(b"m/" + tag)
                 self._bodies[tag] = rec.body
         return 0
 
+    cdef void _c_new_sgen(self) noexcept:
+        """`_dirty` emptied (a commit): a generation no record holds."""
+        global _sgen_last
+        _sgen_last += 1
+        self._sgen = _sgen_last
+
     cdef _c_delete_origin(self, OriginRecord rec):
         cdef bytes tag = rec.out_tag
         self._origins.pop(tag, None)
         if self.eo:
             if self._dirty:
-                self._dirty.pop(tag, None)
+                was = self._dirty.pop(tag, None)
+                if was is not None:
+                    (<OriginRecord>was)._sgen = 0
             if self._bodies:
                 self._bodies.pop(tag, None)
             self._gone[tag] = rec  # (its o/ and m/ keys; _puts never holds them)
@@ -2158,6 +2344,7 @@ cdef class EoCore:
                 puts, dels, dirty = self._puts, self._dels, self._dirty
                 bodies, gone = self._bodies, self._gone
                 self._puts, self._dels, self._dirty = {}, set(), {}
+                self._c_new_sgen()
                 self._bodies, self._gone, self._m_dels = {}, {}, False
                 if self._known:
                     self._known.clear()
@@ -2466,12 +2653,28 @@ cdef class TopicMemory(dict):
     a topic when it is made, so a scan never reads the records of a live topic: the
     record's state is then the one its last commit left."""
 
-    cdef public dict origins
+    # (readonly, and changed only here: a record in it as itself knows, OriginRecord._mem_uid)
+    cdef readonly dict origins
     cdef public dict bodies
+    cdef unsigned long long uid  # this one's, unique (OriginRecord._mem_uid)
 
     def __cinit__(self, *args, **kwargs):
+        global _mem_uid_last
         self.origins = {}
         self.bodies = {}
+        _mem_uid_last += 1
+        self.uid = _mem_uid_last
+
+
+cdef unsigned long long _mem_uid_last = 0  # the last TopicMemory.uid given
+
+
+cdef inline int _mem_left(value) except -1:
+    """`value` left a TopicMemory's `origins` (or was replaced there): a record no longer
+    says it is in one."""
+    if isinstance(value, OriginRecord):
+        (<OriginRecord>value)._mem_uid = 0
+    return 0
 
 
 cdef TopicMemory _topic_memory(dict topic_memory, bytes prefix):
@@ -2492,6 +2695,7 @@ cdef int _memory_put(dict mem, bytes sub, value) except -1:
     """mem[sub] = value, an origin record's key (o/, m/) in its `TopicMemory` dict."""
     if type(mem) is TopicMemory:
         if sub.startswith(b"o/"):
+            _mem_left((<TopicMemory>mem).origins.get(sub[2:]))
             (<TopicMemory>mem).origins[sub[2:]] = value
             return 0
         if sub.startswith(b"m/"):
@@ -2505,7 +2709,7 @@ cdef int _memory_pop(dict mem, bytes sub) except -1:
     """mem.pop(sub, None), an origin record's key (o/, m/) from its `TopicMemory` dict."""
     if type(mem) is TopicMemory:
         if sub.startswith(b"o/"):
-            (<TopicMemory>mem).origins.pop(sub[2:], None)
+            _mem_left((<TopicMemory>mem).origins.pop(sub[2:], None))
             return 0
         if sub.startswith(b"m/"):
             (<TopicMemory>mem).bodies.pop(sub[2:], None)
@@ -2714,6 +2918,9 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
     cdef EoCore core
     cdef TopicMemory mem
     cdef dict origins, bodies
+    cdef OriginRecord rec
+    cdef unsigned long long uid
+    cdef PyObject *was
     if loose:
         puts, deletes = split_writes(loose)
         for key in deletes:
@@ -2731,9 +2938,10 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
             core._mem = mem
         origins = mem.origins
         bodies = mem.bodies
+        uid = mem.uid
         if core._gone:
             for tag in core._gone:
-                origins.pop(tag, None)
+                _mem_left(origins.pop(tag, None))
                 bodies.pop(tag, None)
         if core._dels:
             for key in core._dels:  # (k/, c/; m/ when `_m_dels`)
@@ -2741,7 +2949,16 @@ def commit_memory(list cores, dict loose, dict memory, dict topic_memory):
         if core._puts:
             for key, value in core._puts.items():  # (k/, c/: never o/ or m/)
                 _memory_put(mem, key, value)
-        origins.update(core._dirty)  # (disjoint from _gone: a save takes it out)
+        # (disjoint from _gone: a save takes it out). A record is kept as itself, so one
+        # that `origins` holds already (saved at an earlier commit) is not stored again
+        for tag, r in core._dirty.items():
+            rec = <OriginRecord>r
+            if rec._mem_uid != uid:
+                was = PyDict_SetDefault(origins, tag, rec)
+                if was != <PyObject *>rec:
+                    _mem_left(<object>was)
+                    origins[tag] = rec
+                rec._mem_uid = uid
         if core._bodies:
             bodies.update(core._bodies)
         if core._marked:
@@ -2794,6 +3011,7 @@ def committed(list cores):
         core._puts.clear()
         core._dels.clear()
         core._dirty.clear()
+        core._c_new_sgen()
         if core._bodies:
             core._bodies.clear()
         if core._gone:
@@ -2868,16 +3086,23 @@ def receive_messages(g, src, list messages, double now):
     Python frame; anything else (the control maps, a topic to make, a malformed message)
     goes to `g.receive_one(src, message, now)`."""
     cdef dict topics = g.topics
-    cdef EoCore core
+    cdef EoCore core = None
+    name = None  # the topic of `core` (the messages of an envelope are mostly one topic's)
     for m in messages:
         if type(m) is tuple and len(<tuple>m) >= 2 and type((<tuple>m)[1]) is str:
-            t = topics.get((<tuple>m)[1])
-            if t is not None:
+            if (<tuple>m)[1] is not name:  # (the decoder's names are the same objects)
+                t = topics.get((<tuple>m)[1])
+                if t is None:
+                    name = None
+                    g.receive_one(src, m, now)
+                    continue
                 core = <EoCore?>t
-                core._now = now
-                core._c_receive(src, m)
-                core._c_flush()
-                continue
+                name = (<tuple>m)[1]
+            core._now = now
+            core._c_receive(src, m)
+            core._c_flush()
+            continue
+        name = None  # (Python may make or drop topics)
         g.receive_one(src, m, now)
 
 
