@@ -43,8 +43,9 @@ static const uint64_t qr_b2b_iv[8] = {
     0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
 };
 
-/* RFC 7693 2.7: the message word schedule; rounds 10 and 11 use rows 0 and 1 again */
-static const uint8_t qr_b2b_sigma[12][16] = {
+/* RFC 7693 2.7: the message word schedule, one row a round; rounds 10 and 11 use rows 0 and 1
+ * again (QR_B2B_ROUND takes the row, r % 10) */
+static const uint8_t qr_b2b_sigma[10][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
     {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
@@ -55,8 +56,6 @@ static const uint8_t qr_b2b_sigma[12][16] = {
     {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
     {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
     {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
 };
 
 static inline uint64_t qr_b2b_rotr(uint64_t x, unsigned n) {
@@ -84,16 +83,17 @@ static inline uint64_t qr_b2b_load(const uint8_t *p) {
     } while (0)
 
 /* one round of F (RFC 7693 3.2): G on the columns, then on the diagonals */
-#define QR_B2B_ROUND(r)                                                                   \
-    do {                                                                                  \
-        QR_B2B_G(v[0], v[4], v[8], v[12], m[qr_b2b_sigma[r][0]], m[qr_b2b_sigma[r][1]]);   \
-        QR_B2B_G(v[1], v[5], v[9], v[13], m[qr_b2b_sigma[r][2]], m[qr_b2b_sigma[r][3]]);   \
-        QR_B2B_G(v[2], v[6], v[10], v[14], m[qr_b2b_sigma[r][4]], m[qr_b2b_sigma[r][5]]);  \
-        QR_B2B_G(v[3], v[7], v[11], v[15], m[qr_b2b_sigma[r][6]], m[qr_b2b_sigma[r][7]]);  \
-        QR_B2B_G(v[0], v[5], v[10], v[15], m[qr_b2b_sigma[r][8]], m[qr_b2b_sigma[r][9]]);  \
-        QR_B2B_G(v[1], v[6], v[11], v[12], m[qr_b2b_sigma[r][10]], m[qr_b2b_sigma[r][11]]); \
-        QR_B2B_G(v[2], v[7], v[8], v[13], m[qr_b2b_sigma[r][12]], m[qr_b2b_sigma[r][13]]);  \
-        QR_B2B_G(v[3], v[4], v[9], v[14], m[qr_b2b_sigma[r][14]], m[qr_b2b_sigma[r][15]]);  \
+#define QR_B2B_ROUND(r)                                               \
+    do {                                                              \
+        const uint8_t *z = qr_b2b_sigma[(r) % 10];                    \
+        QR_B2B_G(v[0], v[4], v[8], v[12], m[z[0]], m[z[1]]);          \
+        QR_B2B_G(v[1], v[5], v[9], v[13], m[z[2]], m[z[3]]);          \
+        QR_B2B_G(v[2], v[6], v[10], v[14], m[z[4]], m[z[5]]);         \
+        QR_B2B_G(v[3], v[7], v[11], v[15], m[z[6]], m[z[7]]);         \
+        QR_B2B_G(v[0], v[5], v[10], v[15], m[z[8]], m[z[9]]);         \
+        QR_B2B_G(v[1], v[6], v[11], v[12], m[z[10]], m[z[11]]);       \
+        QR_B2B_G(v[2], v[7], v[8], v[13], m[z[12]], m[z[13]]);        \
+        QR_B2B_G(v[3], v[4], v[9], v[14], m[z[14]], m[z[15]]);        \
     } while (0)
 
 /* RFC 7693 3.2, the compression function F over the block `block`, the counter already

@@ -2732,17 +2732,11 @@ cdef char* _lbuf = NULL  # the entries of one `log_records`, made into its bytes
 cdef Py_ssize_t _lcap = 0
 
 
-cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
-    """Append one entry at `n` of `_lbuf`; the new length."""
+cdef unsigned char* _lreserve(Py_ssize_t n, Py_ssize_t need) except NULL:
+    """`_lbuf` grown (doubling from 64 KiB) to hold `need` octets; where octet `n` goes."""
     global _lbuf, _lcap
-    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
-    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
-    cdef Py_ssize_t need = n + 3 + nk + (4 + nv if op == _LOG_PUT else 0)
     cdef Py_ssize_t cap
     cdef char* grown
-    cdef unsigned char* p
-    if nk > 0xffff:
-        raise ValueError("a record key longer than a log entry holds")
     if need > _lcap:
         cap = _lcap * 2 if _lcap else 65536
         while cap < need:
@@ -2752,7 +2746,18 @@ cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
             raise MemoryError()
         _lbuf = grown
         _lcap = cap
-    p = <unsigned char*>_lbuf + n
+    return <unsigned char*>_lbuf + n
+
+
+cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
+    """Append one entry at `n` of `_lbuf`; the new length."""
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
+    cdef Py_ssize_t need = n + 3 + nk + (4 + nv if op == _LOG_PUT else 0)
+    cdef unsigned char* p
+    if nk > 0xffff:
+        raise ValueError("a record key longer than a log entry holds")
+    p = _lreserve(n, need)
     p[0] = op
     p[1] = (nk >> 8) & 0xff
     p[2] = nk & 0xff
@@ -2797,17 +2802,15 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     way. Most of a message's records change only a state byte or two after the first put,
     so the log carries a few bytes a change instead of the whole record (its publisher, tag
     and every subscriber's name)."""
-    global _lbuf, _lcap
     cdef object old = journal.get(key) if journal and not new else None
     cdef Py_ssize_t nv = PyBytes_GET_SIZE(value)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
-    cdef Py_ssize_t i = 0, j, end, count = 0, need, cap
+    cdef Py_ssize_t i = 0, j, end, count = 0, need
     cdef Py_ssize_t at[_PATCH_MAX]  # where the bytes differ
     cdef uint64_t wa, wb
     cdef const unsigned char* a
     cdef const unsigned char* b
     cdef unsigned char* p
-    cdef char* grown
     if old is None or type(old) is not bytes or PyBytes_GET_SIZE(<bytes>old) != nv:
         return _log_put(n, key, value, journal, gone, born, new)
     a = <const unsigned char*>PyBytes_AS_STRING(<bytes>old)
@@ -2834,16 +2837,7 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     if nk > 0xffff:
         raise ValueError("a record key longer than a log entry holds")
     need = n + 3 + nk + 2 + 5 * count
-    if need > _lcap:
-        cap = _lcap * 2 if _lcap else 65536
-        while cap < need:
-            cap *= 2
-        grown = <char*>PyMem_Realloc(_lbuf, cap)
-        if grown == NULL:
-            raise MemoryError()
-        _lbuf = grown
-        _lcap = cap
-    p = <unsigned char*>_lbuf + n
+    p = _lreserve(n, need)
     p[0] = _LOG_PATCH
     p[1] = (nk >> 8) & 0xff
     p[2] = nk & 0xff
