@@ -955,6 +955,22 @@ cdef inline bytes _origin_key(OriginRecord rec):
     return key
 
 
+cdef object _closed_view = None  # the view whose `closed` is _closed_map (_view_closed)
+cdef object _closed_map = None
+
+
+cdef inline object _view_closed(view):
+    """view.closed, without the attribute lookup for the view asked last (one topic's, as a
+    rule, once per SEEN: _c_long_closed). A view's `closed` is one dict for its life (changed
+    in place, never rebound: qrouter/eo/view.py); the view kept here stays alive, so another
+    cannot take its address."""
+    global _closed_view, _closed_map
+    if view is not _closed_view:
+        _closed_map = view.closed
+        _closed_view = view
+    return _closed_map
+
+
 cdef LocalRecord _new_local(bytes out_tag):
     """LocalRecord(out_tag), without the call's argument parsing (one per delivery and
     subscriber router)."""
@@ -1802,11 +1818,16 @@ cdef class EoCore:
                 self._settled_l.append(rec)
         rec._settled_by = _routers_add(rec._settled_by, sender)
         cdef tuple keys = rec._keys.keys
-        cdef Py_ssize_t i
-        for i in range(len(keys)):
+        cdef Py_ssize_t i, n = len(keys)
+        cdef LocalSub ls0 = None  # keys[0]'s (a record's one attachment, as a rule)
+        for i in range(n):
             att = keys[i]
-            ls = subs_here[att]
             st = rec._st[i]
+            if st == L_SETTLING or st == L_SEEN:
+                continue  # (settled before: nothing to do, no lookup)
+            ls = subs_here[att]
+            if i == 0:
+                ls0 = ls
             if st == L_HELD or st == L_DELIVERED or st == L_ACCEPTED or (
                 st == L_QUEUED and out_tag in ls.attach_map
             ):
@@ -1818,6 +1839,18 @@ cdef class EoCore:
         first = None
         seen = None
         for att in targets:
+            if n == 1 and att is keys[0]:
+                # the record's one attachment (the same object: the view's): its state and
+                # sub without the two lookups
+                ls = ls0 if ls0 is not None else subs_here.get(att)
+                if ls is not None and rec._st[0] == L_SEEN:
+                    if first is None:
+                        first = ls.sub
+                    elif seen is None:
+                        seen = {first, ls.sub}
+                    else:
+                        seen.add(ls.sub)
+                continue
             ls = subs_here.get(att)
             if ls is not None:
                 st = rec.c_state(att)
@@ -1832,7 +1865,12 @@ cdef class EoCore:
             self._c_to_router(sender, ("SEEN", self.topic, out_tag, tuple(sorted(seen))))
         elif first is not None:
             self._c_to_router(sender, ("SEEN", self.topic, out_tag, (first,)))
-        self._c_maybe_drop_local(rec)
+        # _c_maybe_drop_local(rec) of a settled record still in `_locals` (found or put there
+        # above; _c_to_router only queues our own messages), without looking it up again
+        if self._drop_on_settle or (
+            rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
+        ):
+            del self._locals[out_tag]
 
     cdef _c_on_seen(self, bytes out_tag, tuple seen):
         cdef OriginRecord rec = self._origins.get(out_tag)
@@ -2189,7 +2227,8 @@ cdef class EoCore:
         nothing more once it stayed closed for the terminus timeout (until then, the claim
         that re-opens it may be on its way, and the record waits for it, as for one in
         limbo)."""
-        if sub not in self._view.closed:
+        closed = _view_closed(self._view)
+        if not closed or sub not in closed:  # (none closed, as a rule: no hash of `sub`)
             return False
         since = self._closed_since.get(sub)
         return since is None or self._now - since > self.terminus_timeout
