@@ -3003,19 +3003,44 @@ def scan_memory(bytes prefix, dict memory, dict topic_memory):
     return out
 
 
+cdef extern from "Python.h":
+    object _PyDict_NewPresized(Py_ssize_t minused)
+
+cdef enum:
+    # a staging dict that held more than STAGING_SMALL entries at a commit is replaced by
+    # one sized for as many (at most STAGING_KEEP: a burst's table goes at the next commit)
+    # rather than cleared: clear() frees its table (keys here are bytes: CPython keeps no
+    # free list of such tables), and refilling it grew a new one 8 -> 16 -> 32 ... each loop
+    # iteration, a malloc, a rehash and a free per step. Up to STAGING_SMALL, clear() is the
+    # cheaper (the first insert makes the minimal table)
+    STAGING_SMALL = 5
+    STAGING_KEEP = 4096
+
+
+cdef inline dict _staging_emptied(dict d):
+    """`d` emptied, or an empty dict sized for as many entries (see STAGING_SMALL)."""
+    cdef Py_ssize_t n = len(d)
+    if n <= STAGING_SMALL:
+        d.clear()
+        return d
+    return <dict>_PyDict_NewPresized(n if n < STAGING_KEEP else STAGING_KEEP)
+
+
 def committed(list cores):
     """The cores' staged records are in the store: empty their staging, and `cores`."""
     cdef EoCore core
     for c in cores:
         core = <EoCore>c
-        core._puts.clear()
+        if core._puts:
+            core._puts = _staging_emptied(core._puts)
         core._dels.clear()
-        core._dirty.clear()
+        if core._dirty:
+            core._dirty = _staging_emptied(core._dirty)
         core._c_new_sgen()
         if core._bodies:
-            core._bodies.clear()
+            core._bodies = _staging_emptied(core._bodies)
         if core._gone:
-            core._gone.clear()
+            core._gone = _staging_emptied(core._gone)
         if core._known:
             core._known.clear()
         core._m_dels = False
