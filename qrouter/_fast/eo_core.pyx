@@ -1405,6 +1405,7 @@ cdef enum:
     OWN_FWD = 1     # a..e: out_tag, pub, tag, body, targets
     OWN_SETTLE = 2  # a, b: out_tag, targets
     OWN_ACCEPT = 3  # a, b: out_tag, subs
+    OWN_SEEN = 4    # a, b: out_tag, subs
 
 
 cdef struct EoOwn:
@@ -1663,9 +1664,9 @@ cdef class EoCore:
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
-                    self._c_to_router(router, ("SEEN", self.topic, out_tag, seen))
+                    self._c_seen_to(router, out_tag, seen)
             elif settled_by is not None:
-                self._c_to_router(settled_by, ("SEEN", self.topic, out_tag, seen))
+                self._c_seen_to(settled_by, out_tag, seen)
             self._c_maybe_drop_local(rec)
         self._c_flush()
 
@@ -2220,6 +2221,14 @@ cdef class EoCore:
             self._c_to_peer(router, ("SETTLE", self.topic, out_tag, targets))
         return 0
 
+    cdef int _c_seen_to(self, router, out_tag, subs) except -1:
+        """("SEEN", topic, t, subs) to `router`: to ourselves, its fields."""
+        if router is self.router_id or router == self.router_id:
+            self._own.push(OWN_SEEN, out_tag, subs, None, None, None)
+        else:
+            self._c_to_peer(router, ("SEEN", self.topic, out_tag, subs))
+        return 0
+
     cdef int _c_accept_to(self, router, bytes out_tag, subs) except -1:
         """("ACCEPT", topic, t, subs) to `router`: to ourselves, its fields."""
         if router is self.router_id or router == self.router_id:
@@ -2431,6 +2440,8 @@ cdef class EoCore:
             self._c_on_settle(self.router_id, a, b)
         elif op == OWN_ACCEPT:
             self._c_on_accept(a, b)
+        elif op == OWN_SEEN:
+            self._c_on_seen(a, b)
         else:
             self._c_own(a)
         return 0
