@@ -1414,6 +1414,72 @@ cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
 
 
+# our own messages (to this router), in order (EoCore._own): a record's fields as they were
+# when sent, so one to ourselves builds no tuple to take apart again (_c_flush)
+cdef enum:
+    OWN_MSG = 0     # a: a message (a map, or a record tuple: _c_own)
+    OWN_FWD = 1     # a..e: out_tag, pub, tag, body, targets
+    OWN_SETTLE = 2  # a, b: out_tag, targets
+    OWN_ACCEPT = 3  # a, b: out_tag, subs
+    OWN_SEEN = 4    # a, b: out_tag, subs
+
+
+cdef struct EoOwn:
+    int op
+    PyObject *a  # each field holds a reference (None when unused)
+    PyObject *b
+    PyObject *c
+    PyObject *d
+    PyObject *e
+
+
+cdef class _OwnQueue:
+    """EoCore's loopback: items[head:n] not yet handled (a handler may push more)."""
+    cdef EoOwn *items
+    cdef Py_ssize_t head
+    cdef Py_ssize_t n
+    cdef Py_ssize_t cap
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.head, self.n):
+            _own_release(&self.items[i])
+        PyMem_Free(self.items)
+
+    cdef int push(self, int op, a, b, c, d, e) except -1:
+        cdef EoOwn *items
+        cdef Py_ssize_t cap
+        if self.n == self.cap:
+            cap = self.cap * 2 if self.cap else 16
+            items = <EoOwn *>PyMem_Realloc(self.items, cap * sizeof(EoOwn))
+            if items == NULL:
+                raise MemoryError()
+            self.items = items
+            self.cap = cap
+        cdef EoOwn *o = &self.items[self.n]
+        o.op = op
+        Py_INCREF(a)
+        Py_INCREF(b)
+        Py_INCREF(c)
+        Py_INCREF(d)
+        Py_INCREF(e)
+        o.a = <PyObject *>a
+        o.b = <PyObject *>b
+        o.c = <PyObject *>c
+        o.d = <PyObject *>d
+        o.e = <PyObject *>e
+        self.n += 1
+        return 0
+
+
+cdef inline void _own_release(EoOwn *o) noexcept:
+    Py_XDECREF(o.a)
+    Py_XDECREF(o.b)
+    Py_XDECREF(o.c)
+    Py_XDECREF(o.d)
+    Py_XDECREF(o.e)
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1438,7 +1504,8 @@ cdef class EoCore:
     cdef public set _records_ok  # peers that read records; the others get maps (protocol.py)
     cdef public dict _barrier
     cdef public long long _epoch
-    cdef public object _loopback  # deque of our own messages
+    cdef public object _loopback  # (protocol.py's; our own messages go to `_own`)
+    cdef _OwnQueue _own  # our own messages, in order (_c_to_router, _c_flush)
     cdef public dict _puts
     cdef public set _dels
     # origin records staged by out_tag (no key made per save; the store keys are made at
@@ -1500,6 +1567,7 @@ cdef class EoCore:
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
+        self._own = _OwnQueue()
         self._bodies = {}
         self._gone = {}
         self._known = set()
@@ -1612,9 +1680,9 @@ cdef class EoCore:
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
-                    self._c_to_router(router, ("SEEN", self.topic, out_tag, seen))
+                    self._c_seen_to(router, out_tag, seen)
             elif settled_by is not None:
-                self._c_to_router(settled_by, ("SEEN", self.topic, out_tag, seen))
+                self._c_seen_to(settled_by, out_tag, seen)
             self._c_maybe_drop_local(rec)
         self._c_flush()
 
@@ -2155,9 +2223,7 @@ cdef class EoCore:
                         fill.add(att[0])
         if fill is not None:
             for router in sorted(fill):
-                self._c_to_router(router, (
-                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, ()
-                ))
+                self._c_fwd_to(router, rec, ())
         elif outs is not None:
             self._c_send_grouped(rec, outs, settled)
 
@@ -2170,11 +2236,43 @@ cdef class EoCore:
         for i in range(len(plan)):
             group = <tuple>plan[i]
             if settle:
-                self._c_to_router(group[0], ("SETTLE", self.topic, rec.out_tag, group[1]))
+                self._c_settle_to(group[0], rec.out_tag, group[1])
             else:
-                self._c_to_router(group[0], (
-                    "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, group[1]
-                ))
+                self._c_fwd_to(group[0], rec, group[1])
+        return 0
+
+    cdef int _c_fwd_to(self, router, OriginRecord rec, targets) except -1:
+        """("FWD", topic, t, pub, tag, body, targets) to `router`: to ourselves, its fields."""
+        if router is self.router_id or router == self.router_id:
+            self._own.push(OWN_FWD, rec.out_tag, rec.publisher, rec.tag, rec.body, targets)
+        else:
+            self._c_to_peer(router, (
+                "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
+            ))
+        return 0
+
+    cdef int _c_settle_to(self, router, bytes out_tag, targets) except -1:
+        """("SETTLE", topic, t, targets) to `router`: to ourselves, its fields."""
+        if router is self.router_id or router == self.router_id:
+            self._own.push(OWN_SETTLE, out_tag, targets, None, None, None)
+        else:
+            self._c_to_peer(router, ("SETTLE", self.topic, out_tag, targets))
+        return 0
+
+    cdef int _c_seen_to(self, router, out_tag, subs) except -1:
+        """("SEEN", topic, t, subs) to `router`: to ourselves, its fields."""
+        if router is self.router_id or router == self.router_id:
+            self._own.push(OWN_SEEN, out_tag, subs, None, None, None)
+        else:
+            self._c_to_peer(router, ("SEEN", self.topic, out_tag, subs))
+        return 0
+
+    cdef int _c_accept_to(self, router, bytes out_tag, subs) except -1:
+        """("ACCEPT", topic, t, subs) to `router`: to ourselves, its fields."""
+        if router is self.router_id or router == self.router_id:
+            self._own.push(OWN_ACCEPT, out_tag, subs, None, None, None)
+        else:
+            self._c_to_peer(router, ("ACCEPT", self.topic, out_tag, subs))
         return 0
 
     cdef _c_check_accept(self, OriginRecord rec):
@@ -2264,9 +2362,9 @@ cdef class EoCore:
         drivers = rec._drivers
         if type(drivers) is set:
             for router in sorted(<set>drivers):
-                self._c_to_router(router, ("ACCEPT", self.topic, rec.out_tag, subs))
+                self._c_accept_to(router, rec.out_tag, subs)
         else:  # (one router, not None: checked above)
-            self._c_to_router(drivers, ("ACCEPT", self.topic, rec.out_tag, subs))
+            self._c_accept_to(drivers, rec.out_tag, subs)
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
 
@@ -2349,11 +2447,43 @@ cdef class EoCore:
     cdef _c_to_router(self, router, msg):
         # (our own id is the object the core was given: most calls to ourselves pass it)
         if router is self.router_id or router == self.router_id:
-            self._loopback.append(msg)
-        elif router in self._up:
+            self._own.push(OWN_MSG, msg, None, None, None, None)
+        else:
+            self._c_to_peer(router, msg)
+
+    cdef int _c_to_peer(self, router, msg) except -1:
+        """`msg` to another router (if up)."""
+        if router in self._up:
             if type(msg) is tuple and router not in self._records_ok:
                 msg = _record_map(<tuple>msg)  # a router before the records
             self._out.push(OUT_TO_ROUTER, None, router, msg, None, False)
+        return 0
+
+    cdef int _c_own_next(self, _OwnQueue own) except -1:
+        """Handle our oldest own message (taken off first: a handler may push more, and an
+        error leaves the rest for the next flush, as the deque did)."""
+        cdef EoOwn *o = &own.items[own.head]
+        cdef int op = o.op
+        a = <object>o.a
+        b = <object>o.b
+        c = <object>o.c
+        d = <object>o.d
+        e = <object>o.e
+        _own_release(o)
+        own.head += 1
+        if own.head == own.n:
+            own.head = own.n = 0
+        if op == OWN_FWD:  # as _c_own a FWD tuple
+            self._c_on_fwd(self.router_id, a, b, c, d, e)
+        elif op == OWN_SETTLE:
+            self._c_on_settle(self.router_id, a, b)
+        elif op == OWN_ACCEPT:
+            self._c_on_accept(a, b)
+        elif op == OWN_SEEN:
+            self._c_on_seen(a, b)
+        else:
+            self._c_own(a)
+        return 0
 
     cdef _c_log(self, level, text):
         self._out.push(OUT_PORT, None, "log", (level, f"{self.router_id}/{self.topic}: {text}"),
@@ -2361,9 +2491,9 @@ cdef class EoCore:
 
     cdef _c_flush(self):
         """End of an input: our own messages, then the commit, then every output in order."""
-        loopback = self._loopback
-        while loopback:
-            self._c_own(loopback.popleft())
+        cdef _OwnQueue own = self._own
+        while own.n:
+            self._c_own_next(own)
         cdef dict puts, dirty, bodies, gone
         cdef set dels
         g = self._commit_to
@@ -3036,19 +3166,44 @@ def scan_memory(bytes prefix, dict memory, dict topic_memory):
     return out
 
 
+cdef extern from "Python.h":
+    object _PyDict_NewPresized(Py_ssize_t minused)
+
+cdef enum:
+    # a staging dict that held more than STAGING_SMALL entries at a commit is replaced by
+    # one sized for as many (at most STAGING_KEEP: a burst's table goes at the next commit)
+    # rather than cleared: clear() frees its table (keys here are bytes: CPython keeps no
+    # free list of such tables), and refilling it grew a new one 8 -> 16 -> 32 ... each loop
+    # iteration, a malloc, a rehash and a free per step. Up to STAGING_SMALL, clear() is the
+    # cheaper (the first insert makes the minimal table)
+    STAGING_SMALL = 5
+    STAGING_KEEP = 4096
+
+
+cdef inline dict _staging_emptied(dict d):
+    """`d` emptied, or an empty dict sized for as many entries (see STAGING_SMALL)."""
+    cdef Py_ssize_t n = len(d)
+    if n <= STAGING_SMALL:
+        d.clear()
+        return d
+    return <dict>_PyDict_NewPresized(n if n < STAGING_KEEP else STAGING_KEEP)
+
+
 def committed(list cores):
     """The cores' staged records are in the store: empty their staging, and `cores`."""
     cdef EoCore core
     for c in cores:
         core = <EoCore>c
-        core._puts.clear()
+        if core._puts:
+            core._puts = _staging_emptied(core._puts)
         core._dels.clear()
-        core._dirty.clear()
+        if core._dirty:
+            core._dirty = _staging_emptied(core._dirty)
         core._c_new_sgen()
         if core._bodies:
-            core._bodies.clear()
+            core._bodies = _staging_emptied(core._bodies)
         if core._gone:
-            core._gone.clear()
+            core._gone = _staging_emptied(core._gone)
         if core._known:
             core._known.clear()
         core._m_dels = False
