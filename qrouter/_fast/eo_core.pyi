@@ -149,7 +149,6 @@ class EoCore:
     _records_ok: set[str]
     _barrier: dict[str, int]
     _epoch: int
-    _loopback: deque[Any]
     _puts: dict[bytes, bytes]
     _dels: set[bytes]
     _dirty: dict[bytes, OriginRecord]  # by out_tag: the keys are made at the commit

@@ -1504,7 +1504,6 @@ cdef class EoCore:
     cdef public set _records_ok  # peers that read records; the others get maps (protocol.py)
     cdef public dict _barrier
     cdef public long long _epoch
-    cdef public object _loopback  # (protocol.py's; our own messages go to `_own`)
     cdef _OwnQueue _own  # our own messages, in order (_c_to_router, _c_flush)
     cdef public dict _puts
     cdef public set _dels

@@ -149,7 +149,6 @@ class TopicRouter(EoCore):
         self._closed_since: dict[Sub, float] = {}  # closed subscribers: since when (this run)
         self._told_lacking: set[str] = set()  # logged once each
         self._next_ask = now
-        self._loopback: deque[Wire] = deque()
         self._puts: dict[bytes, bytes] = {}
         self._dels: set[bytes] = set()
         self._dirty: dict[bytes, OriginRecord] = {}  # o/<t> to write, encoded at the commit
