@@ -1424,6 +1424,10 @@ cdef enum:
     OWN_SEEN = 4    # a, b: out_tag, subs
 
 
+# the message name of each own op sent to another router instead (EoCore._c_rec_to)
+cdef tuple _OWN_NAMES = (None, "FWD", "SETTLE", "ACCEPT", "SEEN")
+
+
 cdef struct EoOwn:
     int op
     PyObject *a  # each field holds a reference (None when unused)
@@ -1679,9 +1683,9 @@ cdef class EoCore:
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
-                    self._c_seen_to(router, out_tag, seen)
+                    self._c_rec_to(router, OWN_SEEN, out_tag, seen)
             elif settled_by is not None:
-                self._c_seen_to(settled_by, out_tag, seen)
+                self._c_rec_to(settled_by, OWN_SEEN, out_tag, seen)
             self._c_maybe_drop_local(rec)
         self._c_flush()
 
@@ -2235,7 +2239,7 @@ cdef class EoCore:
         for i in range(len(plan)):
             group = <tuple>plan[i]
             if settle:
-                self._c_settle_to(group[0], rec.out_tag, group[1])
+                self._c_rec_to(group[0], OWN_SETTLE, rec.out_tag, group[1])
             else:
                 self._c_fwd_to(group[0], rec, group[1])
         return 0
@@ -2250,28 +2254,13 @@ cdef class EoCore:
             ))
         return 0
 
-    cdef int _c_settle_to(self, router, bytes out_tag, targets) except -1:
-        """("SETTLE", topic, t, targets) to `router`: to ourselves, its fields."""
+    cdef int _c_rec_to(self, router, int op, out_tag, subs) except -1:
+        """(name, topic, t, subs) to `router` for op OWN_SETTLE, OWN_ACCEPT or OWN_SEEN (the
+        name: SETTLE, ACCEPT, SEEN): to ourselves, its fields."""
         if router is self.router_id or router == self.router_id:
-            self._own.push(OWN_SETTLE, out_tag, targets, None, None, None)
+            self._own.push(op, out_tag, subs, None, None, None)
         else:
-            self._c_to_peer(router, ("SETTLE", self.topic, out_tag, targets))
-        return 0
-
-    cdef int _c_seen_to(self, router, out_tag, subs) except -1:
-        """("SEEN", topic, t, subs) to `router`: to ourselves, its fields."""
-        if router is self.router_id or router == self.router_id:
-            self._own.push(OWN_SEEN, out_tag, subs, None, None, None)
-        else:
-            self._c_to_peer(router, ("SEEN", self.topic, out_tag, subs))
-        return 0
-
-    cdef int _c_accept_to(self, router, bytes out_tag, subs) except -1:
-        """("ACCEPT", topic, t, subs) to `router`: to ourselves, its fields."""
-        if router is self.router_id or router == self.router_id:
-            self._own.push(OWN_ACCEPT, out_tag, subs, None, None, None)
-        else:
-            self._c_to_peer(router, ("ACCEPT", self.topic, out_tag, subs))
+            self._c_to_peer(router, (_OWN_NAMES[op], self.topic, out_tag, subs))
         return 0
 
     cdef _c_check_accept(self, OriginRecord rec):
@@ -2361,9 +2350,9 @@ cdef class EoCore:
         drivers = rec._drivers
         if type(drivers) is set:
             for router in sorted(<set>drivers):
-                self._c_accept_to(router, rec.out_tag, subs)
+                self._c_rec_to(router, OWN_ACCEPT, rec.out_tag, subs)
         else:  # (one router, not None: checked above)
-            self._c_accept_to(drivers, rec.out_tag, subs)
+            self._c_rec_to(drivers, OWN_ACCEPT, rec.out_tag, subs)
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
 
