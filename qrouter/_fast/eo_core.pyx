@@ -415,6 +415,14 @@ cdef class OriginRecord:
     cdef public bytes tag
     cdef public object body  # None: recovered from a store that lacked it (never sent empty)
     cdef bytes _okey  # b"o/" + out_tag, its store key (_origin_key), made once
+    # its keys in the record log (`_log_keys`): `_lprefix` + b"o/" + out_tag and + b"m/" +
+    # out_tag, made at its first logged save and kept while it lives, so that each of its
+    # log entries (a put, patches, the deletes) reuses them and their cached hash in the
+    # router's net changes; `_lprefix` is the topic prefix they were made with (held, so
+    # an identity check cannot match another prefix at a reused address)
+    cdef bytes _lokey
+    cdef bytes _lmkey
+    cdef bytes _lprefix
     # subs, Sub -> SubState: the subscribers' layout and one state byte each, by position
     cdef _Layout _layout
     cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
@@ -3015,6 +3023,15 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     return need
 
 
+cdef inline int _log_keys(OriginRecord rec, bytes prefix) except -1:
+    """`rec`'s record-log keys under `prefix`, made unless it holds them already."""
+    if rec._lprefix is not prefix:
+        rec._lokey = prefix + b"o/" + rec.out_tag
+        rec._lmkey = prefix + b"m/" + rec.out_tag
+        rec._lprefix = prefix
+    return 0
+
+
 def log_records(list cores, dict loose, dict journal, set gone, set born):
     """The router's group commit into its record log: what `collect_writes` would give, as
     one blob of log entries (the engine appends it, `log_entries`), and applied to the net
@@ -3023,9 +3040,10 @@ def log_records(list cores, dict loose, dict journal, set gone, set born):
     delete only drops them). An origin record saved with its body for the first time is
     made (unless the store may hold it: `_known`). Then `committed`. None if nothing."""
     cdef EoCore core
-    cdef bytes prefix, okp, mkp, key
+    cdef OriginRecord rec
+    cdef bytes prefix, mkp, key
     cdef Py_ssize_t n = 0
-    cdef dict bodies
+    cdef dict bodies, dirty
     cdef set known
     if loose:
         puts, deletes = split_writes(loose)
@@ -3040,18 +3058,31 @@ def log_records(list cores, dict loose, dict journal, set gone, set born):
             n = _log_del(n, prefix + key, journal, gone, born)
         for key, value in core._puts.items():
             n = _log_put(n, prefix + key, value, journal, gone, born, False)
-        okp = prefix + b"o/"
-        mkp = prefix + b"m/"
-        for tag in core._gone:
-            n = _log_del(n, okp + tag, journal, gone, born)
-            n = _log_del(n, mkp + tag, journal, gone, born)
+        # (an origin record's keys are the ones `_log_keys` made for it: see OriginRecord)
+        for r in core._gone.values():
+            rec = <OriginRecord>r
+            _log_keys(rec, prefix)
+            n = _log_del(n, rec._lokey, journal, gone, born)
+            n = _log_del(n, rec._lmkey, journal, gone, born)
+            rec._lokey = rec._lmkey = rec._lprefix = None  # (gone: not logged again)
         bodies = core._bodies
         known = core._known
-        for tag, rec in core._dirty.items():
-            n = _log_state(n, okp + tag, (<OriginRecord>rec).encode_state(), journal, gone,
+        dirty = core._dirty
+        for tag, r in dirty.items():
+            rec = <OriginRecord>r
+            _log_keys(rec, prefix)
+            n = _log_state(n, rec._lokey, rec.encode_state(), journal, gone,
                            born, tag in bodies and not (known and tag in known))
+        mkp = None
         for tag, body in bodies.items():
-            n = _log_put(n, mkp + tag, body, journal, gone, born, not (known and tag in known))
+            r = dirty.get(tag)  # (a body's record is in `_dirty`, which made its keys)
+            if r is not None and (<OriginRecord>r)._lprefix is prefix:
+                key = (<OriginRecord>r)._lmkey
+            else:
+                if mkp is None:
+                    mkp = prefix + b"m/"
+                key = mkp + tag
+            n = _log_put(n, key, body, journal, gone, born, not (known and tag in known))
         if core._marked:  # (once a checkpoint interval: the same put again logs nothing)
             n = _log_state(n, core._mark, b"", journal, gone, born, False)
     committed(cores)
