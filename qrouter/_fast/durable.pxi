@@ -47,13 +47,13 @@ def _checkpoint_seconds_for_tests():
 LOG_CHECKPOINT_SECONDS = _checkpoint_seconds_for_tests()
 
 
-cdef int jlog_entry(Router r, int op, bytes key, bytes value) except -1:
-    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
-    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
-    cdef Py_ssize_t need = r.jlog_n + 3 + nk + (4 + nv if op == LOG_PUT else 0)
+cdef unsigned char* jlog_reserve(Router r, Py_ssize_t need) except NULL:
+    """`Router.jlog` grown (doubling from 64 KiB) to hold `need` octets of this iteration's
+    entries, the blob handed over whole (`jlog_blob`, eo_log.pxi) copied into it first;
+    where the next entry goes (octet `jlog_n`)."""
     cdef Py_ssize_t cap
     cdef char* grown
-    cdef unsigned char* p
+    cdef bytes blob = r.jlog_blob
     if need > r.jlog_cap:
         cap = r.jlog_cap * 2 if r.jlog_cap else 65536
         while cap < need:
@@ -63,7 +63,17 @@ cdef int jlog_entry(Router r, int op, bytes key, bytes value) except -1:
             raise MemoryError()
         r.jlog = grown
         r.jlog_cap = cap
-    p = <unsigned char*>r.jlog + r.jlog_n
+    if blob is not None:  # (then it is all jlog_n counts)
+        memcpy(r.jlog, PyBytes_AS_STRING(blob), r.jlog_n)
+        r.jlog_blob = None
+    return <unsigned char*>r.jlog + r.jlog_n
+
+
+cdef int jlog_entry(Router r, int op, bytes key, bytes value) except -1:
+    cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
+    cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
+    cdef Py_ssize_t need = r.jlog_n + 3 + nk + (4 + nv if op == LOG_PUT else 0)
+    cdef unsigned char* p = jlog_reserve(r, need)
     p[0] = op
     p[1] = (nk >> 8) & 0xff
     p[2] = nk & 0xff

@@ -21,22 +21,20 @@ def log_entries(Router r, bytes blob not None):
     applied them to `journal`, `journal_del` and `jborn` already): appended to this
     iteration's, for the group commit (`commit_logged`). Needs the store's committer."""
     cdef Py_ssize_t n = PyBytes_GET_SIZE(blob)
-    cdef Py_ssize_t need = r.jlog_n + n
-    cdef Py_ssize_t cap
-    cdef char* grown
     if r.committer is None:
         raise RuntimeError("the router has no record log (memory store)")
-    if need > r.jlog_cap:
-        cap = r.jlog_cap * 2 if r.jlog_cap else 65536
-        while cap < need:
-            cap *= 2
-        grown = <char*>realloc(r.jlog, cap)
-        if grown == NULL:
-            raise MemoryError()
-        r.jlog = grown
-        r.jlog_cap = cap
-    memcpy(r.jlog + r.jlog_n, PyBytes_AS_STRING(blob), n)
-    r.jlog_n = need
+    if not n:
+        return
+    if r.jlog_n == 0:
+        # the iteration's only entries so far (the usual case: the durable links wrote none):
+        # kept as they are and handed to the committer whole, not copied into `jlog` and out
+        # again (two copies of every record's bytes); an entry made after them copies them in
+        # first (jlog_reserve)
+        r.jlog_blob = blob
+        r.jlog_n = n
+        return
+    memcpy(jlog_reserve(r, r.jlog_n + n), PyBytes_AS_STRING(blob), n)
+    r.jlog_n += n
 
 
 def commit_logged(Router r):

@@ -43,6 +43,9 @@ cdef class Router:
     cdef public object committer
     cdef char* jlog                   # this iteration's log entries
     cdef Py_ssize_t jlog_n, jlog_cap
+    # or, when not None, the entries themselves (jlog_n of them), as the guaranteed topics'
+    # commit made them (eo_log.pxi, log_entries), for the committer without a copy
+    cdef bytes jlog_blob
     cdef Py_ssize_t jlog_since        # bytes logged since the last checkpoint
     cdef double jckpt_at              # monotonic time of the last checkpoint
     # a commit failed (durable.pxi, "store failure"): the entries stay in jlog / journal,
@@ -174,9 +177,12 @@ cdef class Router:
             force = (since >= LOG_CHECKPOINT_BYTES or
                      monotonic() - self.jckpt_at >= LOG_CHECKPOINT_SECONDS)
         if not force:
-            blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
+            blob = self.jlog_blob
+            if blob is None:
+                blob = PyBytes_FromStringAndSize(self.jlog, self.jlog_n)
             self.committer(blob, None, None)
             self.jlog_n = 0
+            self.jlog_blob = None
             self.jlog_since = since
             return 0
         # a checkpoint: the net changes go to the records, the log entries since the last
@@ -185,6 +191,7 @@ cdef class Router:
         deletes = self.journal_del
         self.committer(None, puts, deletes)
         self.jlog_n = 0
+        self.jlog_blob = None
         self.journal = {}
         self.journal_del = set()
         if self.jborn:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from qrouter._fast.engine import Router, log_entries
+from qrouter._fast.engine import Router, forget, log_entries
 
 from qrouter import stores
 from qrouter._fast.eo_core import OriginRecord
@@ -221,6 +221,31 @@ def test_a_topic_made_at_run_time_reads_the_records_with_the_logged_changes() ->
 def test_memory_router_has_no_record_log() -> None:
     with pytest.raises(RuntimeError, match="no record log"):
         log_entries(Router("eolog-test"), b"D\x00\x01k")
+
+
+def test_entries_handed_over_whole_join_later_ones_in_one_append() -> None:
+    """The topics' entries are kept as they are while they are all the iteration logged
+    (log_entries, no copy); an entry made after them (a durable link's, another commit's)
+    joins them in order in the iteration's one append, and a failed append keeps them all
+    for the retry."""
+    engine = Router("eolog-test")
+    committer = _Committer()
+    engine.committer = committer
+    first, last = (b"D" + len(k).to_bytes(2, "big") + k for k in (PREFIX + b"o/A", MARK))
+    log_entries(engine, first)
+    engine.flush()
+    assert committer.appends == [first]
+    log_entries(engine, first)
+    forget(engine, b"d" * 32, b"tag")  # a durable link's record dropped: its delete entry
+    log_entries(engine, last)
+    committer.fail = True
+    engine.flush()
+    assert committer.appends == [first]
+    committer.fail = False
+    assert engine.retry_commit()
+    key = b"u/" + b"d" * 32 + b"/tag"
+    assert committer.appends == [first, first + b"D" + len(key).to_bytes(2, "big") + key + last]
+    assert _replay(committer.appends[1:]) == {PREFIX + b"o/A": None, key: None, MARK: None}
 
 
 def _replay(appends: list[bytes]) -> dict[bytes, bytes | None]:
