@@ -112,3 +112,42 @@ def test_settled_index_forgets_a_record_dropped_another_way(
         if seen:
             break
     assert seen, "no schedule had a settled local record at a tick"
+
+
+def test_tick_gives_back_the_table_of_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_locals` grows its table to the largest burst's records (rate × the barrier's delay),
+    and a dict's table only shrinks when it has to grow again: the tick rebuilds it once it
+    is far larger than what it holds, keeping the order; a table in use stays as it is."""
+    import sys
+
+    from qrouter._fast.eo_core import LocalRecord
+
+    original = simulation.Simulation._tick
+    checked: list[str] = []
+
+    def tick(self: simulation.Simulation, name: str, instance: int) -> None:
+        tr = self.routers[name].tr
+        if not checked and tr is not None and tr._locals:
+            locals_ = tr._locals
+            kept = list(locals_.items())
+            burst = [bytes([0xFF]) + i.to_bytes(8, "big") for i in range(20_000)]
+            for tag in burst:
+                locals_[tag] = LocalRecord(tag)
+            tr._drop_settled_locals()
+            assert tr._locals is locals_, "a table in use was rebuilt"
+            for tag in burst:
+                del locals_[tag]
+            assert sys.getsizeof(locals_) > 512 * 1024  # (what the burst left)
+            tr._drop_settled_locals()
+            assert sys.getsizeof(tr._locals) < 64 * 1024, "the burst's table stayed"
+            assert list(tr._locals.items()) == kept, "the records left, or their order, changed"
+            checked.append(name)
+        original(self, name, instance)
+
+    monkeypatch.setattr(simulation.Simulation, "_tick", tick)
+    for seed in range(20):
+        sim = run(seed, CI_PARAMS)
+        if checked:
+            assert not sim.violations(), sim.report()
+            break
+    assert checked, "no schedule had a local record at a tick"
