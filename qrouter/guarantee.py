@@ -227,6 +227,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None  # set by `topic`: the ticker has work
         self.journal = False  # the delivery journal is on (qrouter/server.py)
         self.dropped = 0  # envelopes from another router that were malformed
         self.journal_dir: str | None = None
@@ -255,6 +256,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             self.topic(topic, create=True)
         if self.topics:
             log.info("guaranteed topics recovered from the store: %s", ", ".join(self.topics))
+        self._wake = asyncio.Event()
         self._ticker = self.loop.create_task(self._tick())
 
     def _escape_keys(self) -> None:
@@ -290,7 +292,16 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         self.flush()
 
     async def _tick(self) -> None:
+        assert self._wake is not None
         while True:
+            if not (self.topics or self.idle_since or self.accepted_tags.size):
+                # Nothing to tick: no guaranteed topic yet, or every one dropped as idle and
+                # their publishers' accepted tags expired (tags are added only on a topic's
+                # publisher link, and a topic with a link is not idle). Parked until `topic`
+                # makes one, rather than waking an idle router, or one that carries only
+                # other traffic, four times a second (issue 18; docs/performance.md).
+                self._wake.clear()
+                await self._wake.wait()
             await asyncio.sleep(TICK)
             now = self.now()
             for topic in list(self.topics.values()):
@@ -338,6 +349,8 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         t.bind_router(self, store.prefix, store.mark)
         self.topics[name] = t
         self.ports[name] = port
+        if self._wake is not None:
+            self._wake.set()  # the ticker, parked while there was no topic
         now = self.now()
         for router_id in self.up_routers():
             t.router_up(router_id, now)
