@@ -1007,8 +1007,9 @@ cdef class PubLink:
     cdef public dict owed
 
     # the publisher's tag state (eo_tag.pxi), taken on its first transfer: a tag costs one
-    # BLAKE2b compression, at the transfer and again at the settlement (cheaper than keeping
-    # each tag's result in a dict until the settlement, as this link did)
+    # BLAKE2b compression, at the transfer and again at a settlement that does not come with
+    # the record's out tag (cheaper than keeping each tag's result in a dict until the
+    # settlement, as this link did; the accept output carries it: c_publisher_settled)
     cdef TagPrefix _prefix
 
     def __init__(self, dict attach_map, set awaiting, dict owed=None):
@@ -1638,14 +1639,18 @@ cdef class EoCore:
         self._c_flush()
 
     def publisher_settled(self, pub, tag, double now):
-        self.c_publisher_settled(pub, tag, now)
+        self.c_publisher_settled(pub, tag, None, now)
 
-    cdef c_publisher_settled(self, pub, tag, double now):
+    cdef c_publisher_settled(self, pub, tag, bytes out_tag, double now):
+        """`out_tag`: the delivery's outgoing tag when the caller has it (the accept output
+        carries its record's, the very key of `_origins`: no BLAKE2b again, and its hash
+        cached), else None: computed from `pub` and `tag`, which it is a function of."""
         self._now = now
         cdef PubLink link = self._pubs.get(pub)
-        cdef bytes out_tag = (
-            _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
-        )
+        if out_tag is None:
+            out_tag = (
+                _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
+            )
         cdef OriginRecord rec = self._origins.get(out_tag)
         if rec is not None and not rec.settled:
             self._c_settle_origin(rec)
@@ -2279,7 +2284,10 @@ cdef class EoCore:
         elif _c_pending_open(rec, self._view) or rec.publisher not in self._pubs:
             return  # (the subscribers first: the usual answer, and no lookup)
         rec.accepted_sent = True
-        self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, None, False)
+        # (with its out tag: the publisher's settlement, which this outcome brings at once
+        # from a settle-first publisher, looks the record up by it: eo_publisher_settled)
+        self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, rec.out_tag,
+                       False)
 
     cdef _c_settle_origin(self, OriginRecord rec):
         rec.settled = True
@@ -3211,8 +3219,8 @@ cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1:
     return 0
 
 
-cdef int eo_publisher_settled(core, pub, tag, double now) except -1:
-    (<EoCore?>core).c_publisher_settled(pub, tag, now)
+cdef int eo_publisher_settled(core, pub, tag, out_tag, double now) except -1:
+    (<EoCore?>core).c_publisher_settled(pub, tag, out_tag, now)
     return 0
 
 

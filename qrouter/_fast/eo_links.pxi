@@ -97,7 +97,7 @@ cdef class EoPub(EoEntry):
         cdef double now = g.c_now()
         if d.presettled and d.resume and not payload:
             self.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
-            eo_publisher_settled(t, self.pub, tag, now)  # it knows the outcome (2.6.13)
+            eo_publisher_settled(t, self.pub, tag, None, now)  # it knows the outcome (2.6.13)
         elif not d.presettled and g.accepted_tags.accepted(self.key, tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
             # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
@@ -125,7 +125,7 @@ cdef class EoPub(EoEntry):
         tag = d.tag
         if self.deliveries.get(tag) is d:
             del self.deliveries[tag]
-        eo_publisher_settled(g.topics[self.topic], self.pub, tag, g.c_now())
+        eo_publisher_settled(g.topics[self.topic], self.pub, tag, None, g.c_now())
         self.top_up()
         return 0
 
@@ -276,7 +276,8 @@ cdef class EoLinks:
                     elif kind == OUT_SETTLE_SUBSCRIBER:
                         self.c_settle_subscriber(<object>o.a, <bytes>o.b)
                     elif kind == OUT_ACCEPT_PUBLISHER:
-                        self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b)
+                        self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b,
+                                                <object>o.c)
                     elif kind == OUT_TO_ROUTER:
                         self.outbox.c_send(<object>o.a, <object>o.b)
                     elif kind == OUT_PORT:
@@ -298,7 +299,7 @@ cdef class EoLinks:
         self.c_settle_subscriber(att, out_tag)
 
     def _out_accept_publisher(self, topic, pub, tag):
-        self.c_accept_publisher(topic, pub, tag)
+        self.c_accept_publisher(topic, pub, tag, None)
 
     cdef int c_deliver(self, att, bytes out_tag, bytes body, bint resume) except -1:
         cdef EoSub s = self.subs.get(att)
@@ -341,7 +342,9 @@ cdef class EoLinks:
             d.c_settle(False)
         return 0
 
-    cdef int c_accept_publisher(self, str topic, pub, tag) except -1:
+    cdef int c_accept_publisher(self, str topic, pub, tag, out_tag) except -1:
+        """ACCEPTED to the publisher's delivery `tag`; `out_tag`: its outgoing tag if known
+        (the core's output carries it), else None."""
         cdef EoPub p = self.pubs.get((topic, pub))
         if p is None:
             return 0
@@ -349,7 +352,7 @@ cdef class EoLinks:
             p.presettled.discard(tag)
             t = self.topics.get(topic)
             if t is not None:
-                eo_publisher_settled(t, pub, tag, self.c_now())
+                eo_publisher_settled(t, pub, tag, out_tag, self.c_now())
             return 0
         cdef Delivery d = p.deliveries.get(tag)
         if d is None:
@@ -362,7 +365,7 @@ cdef class EoLinks:
             del p.deliveries[tag]
             t = self.topics.get(topic)
             if t is not None:
-                eo_publisher_settled(t, pub, tag, now)
+                eo_publisher_settled(t, pub, tag, out_tag, now)
             p.top_up()
         return 0
 
