@@ -1564,6 +1564,11 @@ cdef class EoCore:
     # dropped another way (`_c_maybe_drop_local`) stays until a walk reaches it
     cdef list _settled_l
     cdef Py_ssize_t _settled_head
+    # the str a peer's records named this topic with, found equal to `_topic_was` (the topic
+    # then): the decoder hands the same object record after record (eo_wire.pxi's names), so
+    # it is compared once, then by identity (_c_our_topic; both held)
+    cdef object _topic_seen
+    cdef object _topic_was
 
     def __cinit__(self):
         self._sub_order = {}
@@ -1705,7 +1710,7 @@ cdef class EoCore:
         if peer not in self._up:
             self._c_log("debug", f"message from {peer} whose channel is not up, dropped")
         elif type(message) is tuple:
-            if len(<tuple>message) < 2 or (<tuple>message)[1] != self.topic:
+            if len(<tuple>message) < 2 or not self._c_our_topic((<tuple>message)[1]):
                 self._c_log("warning", "record for another topic dropped")
                 return
             try:
@@ -1721,6 +1726,16 @@ cdef class EoCore:
                 self._c_handle(peer, _check_msg(message))
             except (_ProtocolError, ValueError, TypeError) as exc:
                 self._c_log("warning", f"bad message from {peer} dropped: {exc}")
+
+    cdef bint _c_our_topic(self, topic) except -1:
+        """`topic == self.topic`, by identity for the str the peers' records name it with."""
+        if topic is self._topic_seen and self._topic_was is self.topic:
+            return True
+        if topic != self.topic:
+            return False
+        self._topic_seen = topic
+        self._topic_was = self.topic
+        return True
 
     cdef _c_handle_rec(self, sender, tuple m):
         """A per-message record (RECORD_OPS): its fields are checked here, whoever made it."""
