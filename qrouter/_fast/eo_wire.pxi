@@ -332,15 +332,16 @@ cdef inline uint32_t _eo_hash(const uint8_t* q, Py_ssize_t n) noexcept:
     multiplies cost more than the compare that confirms a hit). Only a slot: a hit is the
     octets compared equal, so a collision (or a peer that makes them) costs a decode."""
     cdef uint64_t h = <uint64_t>n * 0x9E3779B97F4A7C15u, w
-    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t i = 0, j
     while i + 8 <= n:
-        memcpy(&w, q + i, 8)
+        memcpy(&w, q + i, 8)  # (one load)
         h = (h ^ w) * 0xFF51AFD7ED558CCDu
         h ^= h >> 32
         i += 8
     if i < n:
         w = 0
-        memcpy(&w, q + i, <size_t>(n - i))
+        for j in range(n - i):  # (the last 1-7 octets: no call of memcpy for them)
+            w |= <uint64_t>q[i + j] << (8 * j)
         h = (h ^ w) * 0xFF51AFD7ED558CCDu
         h ^= h >> 32
     h *= 0xC4CEB9FE1A85EC53u
