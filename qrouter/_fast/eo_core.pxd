@@ -35,6 +35,12 @@ cdef class OutQueue:
     cdef void clear(self)
 
 
+cdef class FlushDue:
+    """The base of the router's `EoLinks` (eo_links.pxi): its flag that a flush is due, which
+    a core's `_c_flush` reads after each input as a C field, not a Python attribute."""
+    cdef public bint scheduled  # a flush is due (Guarantees.schedule)
+
+
 cdef class RouterOutbox:
     cdef object g
     cdef dict open  # router id -> the message list of its envelope open this iteration

@@ -1485,6 +1485,18 @@ cdef inline void _own_release(EoOwn *o) noexcept:
     Py_XDECREF(o.e)
 
 
+cdef class FlushDue:
+    pass
+
+
+cdef inline bint _flush_due(g) except -1:
+    """`g.scheduled` (the router's flag that its flush is due): a C field of the router's
+    EoLinks (a FlushDue), read after every input; any other object's attribute."""
+    if isinstance(g, FlushDue):
+        return (<FlushDue>g).scheduled
+    return g.scheduled
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -2518,7 +2530,7 @@ cdef class EoCore:
                 if not self._committing:
                     self._committing = True
                     self._commit_list.append(self)
-                if not g.scheduled:
+                if not _flush_due(g):
                     g.schedule()
             else:
                 puts, dels, dirty = self._puts, self._dels, self._dirty
@@ -2554,7 +2566,7 @@ cdef class EoCore:
             self._c_port_calls(out, self._staged)
         else:
             out.move_to(self._staged)
-        if not g.scheduled:
+        if not _flush_due(g):
             g.schedule()
 
     cdef _c_port_calls(self, OutQueue out, OutQueue staged):

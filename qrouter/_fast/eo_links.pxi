@@ -19,6 +19,7 @@ from posix.time cimport CLOCK_MONOTONIC_COARSE, clock_getres
 
 from qrouter._fast.eo_core cimport (
     EoOut,
+    FlushDue,
     OUT_ACCEPT_PUBLISHER,
     OUT_DELIVER,
     OUT_PORT,
@@ -206,7 +207,7 @@ cdef inline double _uv_time(int clock) noexcept:
     return <double>(<uint64_t>ts.tv_sec * 1000 + <uint64_t>ts.tv_nsec // 1000000) / 1000
 
 
-cdef class EoLinks:
+cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores in C)
     """The per-message half of `qrouter.guarantee.Guarantees` (its base)."""
     cdef public dict topics  # topic -> TopicRouter (an EoCore)
     cdef public dict ports  # topic -> its port (qrouter/guarantee.py's _Port)
@@ -217,7 +218,6 @@ cdef class EoLinks:
     cdef public AcceptedTags accepted_tags  # idempotent publishing (qrouter/eo/dedup.py)
     cdef public object loop
     cdef public bint journal  # the delivery journal is on (qrouter/server.py)
-    cdef public bint scheduled  # a flush is due (Guarantees.schedule)
     cdef public int64_t window  # a publisher's unaccepted deliveries in flight per link
     cdef object _clock_of  # the loop whose `time` `_clock` is (c_now: no lookup per input)
     cdef object _clock
