@@ -7,7 +7,7 @@ from cpython.ref cimport PyObject
 cdef enum:
     OUT_DELIVER = 0  # a = att, b = out tag, c = body, flag = resume
     OUT_SETTLE_SUBSCRIBER = 1  # a = att, b = out tag
-    OUT_ACCEPT_PUBLISHER = 2  # topic, a = pub, b = tag
+    OUT_ACCEPT_PUBLISHER = 2  # topic, a = pub, b = tag, c = its out tag (None: not known)
     OUT_TO_ROUTER = 3  # a = router id, b = message
     OUT_PORT = 4  # a port's method at the end of the input (log, resend): a = name, b = args
     OUT_CALL = 5  # a(*b) after the commit (an output staged from Python)
@@ -35,6 +35,12 @@ cdef class OutQueue:
     cdef void clear(self)
 
 
+cdef class FlushDue:
+    """The base of the router's `EoLinks` (eo_links.pxi): its flag that a flush is due, which
+    a core's `_c_flush` reads after each input as a C field, not a Python attribute."""
+    cdef public bint scheduled  # a flush is due (Guarantees.schedule)
+
+
 cdef class RouterOutbox:
     cdef object g
     cdef dict open  # router id -> the message list of its envelope open this iteration
@@ -44,6 +50,7 @@ cdef class RouterOutbox:
 # a topic's core's per-message inputs (EoCore's methods of the same names), as C calls for the
 # engine's client links (eo_links.pxi); `core` is an EoCore (TypeError otherwise)
 cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1
-cdef int eo_publisher_settled(core, pub, tag, double now) except -1
+# (out_tag: the delivery's outgoing tag when the caller has it, else None: computed)
+cdef int eo_publisher_settled(core, pub, tag, out_tag, double now) except -1
 cdef int eo_subscriber_accepted(core, att, out_tag, double now) except -1
 cdef int eo_subscriber_settled(core, att, out_tag, double now) except -1

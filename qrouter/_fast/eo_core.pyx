@@ -1015,8 +1015,9 @@ cdef class PubLink:
     cdef public dict owed
 
     # the publisher's tag state (eo_tag.pxi), taken on its first transfer: a tag costs one
-    # BLAKE2b compression, at the transfer and again at the settlement (cheaper than keeping
-    # each tag's result in a dict until the settlement, as this link did)
+    # BLAKE2b compression, at the transfer and again at a settlement that does not come with
+    # the record's out tag (cheaper than keeping each tag's result in a dict until the
+    # settlement, as this link did; the accept output carries it: c_publisher_settled)
     cdef TagPrefix _prefix
 
     def __init__(self, dict attach_map, set awaiting, dict owed=None):
@@ -1498,6 +1499,18 @@ cdef inline void _own_release(EoOwn *o) noexcept:
     Py_XDECREF(o.e)
 
 
+cdef class FlushDue:
+    pass
+
+
+cdef inline bint _flush_due(g) except -1:
+    """`g.scheduled` (the router's flag that its flush is due): a C field of the router's
+    EoLinks (a FlushDue), read after every input; any other object's attribute."""
+    if isinstance(g, FlushDue):
+        return (<FlushDue>g).scheduled
+    return g.scheduled
+
+
 cdef class EoCore:
     """The per-message half of `TopicRouter` (qrouter/eo/protocol.py, which sets every field
     in its __init__ and keeps the rest of the protocol)."""
@@ -1577,6 +1590,11 @@ cdef class EoCore:
     # dropped another way (`_c_maybe_drop_local`) stays until a walk reaches it
     cdef list _settled_l
     cdef Py_ssize_t _settled_head
+    # the str a peer's records named this topic with, found equal to `_topic_was` (the topic
+    # then): the decoder hands the same object record after record (eo_wire.pxi's names), so
+    # it is compared once, then by identity (_c_our_topic; both held)
+    cdef object _topic_seen
+    cdef object _topic_was
 
     def __cinit__(self):
         self._sub_order = {}
@@ -1652,14 +1670,18 @@ cdef class EoCore:
         self._c_flush()
 
     def publisher_settled(self, pub, tag, double now):
-        self.c_publisher_settled(pub, tag, now)
+        self.c_publisher_settled(pub, tag, None, now)
 
-    cdef c_publisher_settled(self, pub, tag, double now):
+    cdef c_publisher_settled(self, pub, tag, bytes out_tag, double now):
+        """`out_tag`: the delivery's outgoing tag when the caller has it (the accept output
+        carries its record's, the very key of `_origins`: no BLAKE2b again, and its hash
+        cached), else None: computed from `pub` and `tag`, which it is a function of."""
         self._now = now
         cdef PubLink link = self._pubs.get(pub)
-        cdef bytes out_tag = (
-            _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
-        )
+        if out_tag is None:
+            out_tag = (
+                _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
+            )
         cdef OriginRecord rec = self._origins.get(out_tag)
         if rec is not None and not rec.settled:
             self._c_settle_origin(rec)
@@ -1714,7 +1736,7 @@ cdef class EoCore:
         if peer not in self._up:
             self._c_log("debug", f"message from {peer} whose channel is not up, dropped")
         elif type(message) is tuple:
-            if len(<tuple>message) < 2 or (<tuple>message)[1] != self.topic:
+            if len(<tuple>message) < 2 or not self._c_our_topic((<tuple>message)[1]):
                 self._c_log("warning", "record for another topic dropped")
                 return
             try:
@@ -1730,6 +1752,16 @@ cdef class EoCore:
                 self._c_handle(peer, _check_msg(message))
             except (_ProtocolError, ValueError, TypeError) as exc:
                 self._c_log("warning", f"bad message from {peer} dropped: {exc}")
+
+    cdef bint _c_our_topic(self, topic) except -1:
+        """`topic == self.topic`, by identity for the str the peers' records name it with."""
+        if topic is self._topic_seen and self._topic_was is self.topic:
+            return True
+        if topic != self.topic:
+            return False
+        self._topic_seen = topic
+        self._topic_was = self.topic
+        return True
 
     cdef _c_handle_rec(self, sender, tuple m):
         """A per-message record (RECORD_OPS): its fields are checked here, whoever made it."""
@@ -2293,7 +2325,10 @@ cdef class EoCore:
         elif _c_pending_open(rec, self._view) or rec.publisher not in self._pubs:
             return  # (the subscribers first: the usual answer, and no lookup)
         rec.accepted_sent = True
-        self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, None, False)
+        # (with its out tag: the publisher's settlement, which this outcome brings at once
+        # from a settle-first publisher, looks the record up by it: eo_publisher_settled)
+        self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, rec.out_tag,
+                       False)
 
     cdef _c_settle_origin(self, OriginRecord rec):
         rec.settled = True
@@ -2509,7 +2544,7 @@ cdef class EoCore:
                 if not self._committing:
                     self._committing = True
                     self._commit_list.append(self)
-                if not g.scheduled:
+                if not _flush_due(g):
                     g.schedule()
             else:
                 puts, dels, dirty = self._puts, self._dels, self._dirty
@@ -2545,7 +2580,7 @@ cdef class EoCore:
             self._c_port_calls(out, self._staged)
         else:
             out.move_to(self._staged)
-        if not g.scheduled:
+        if not _flush_due(g):
             g.schedule()
 
     cdef _c_port_calls(self, OutQueue out, OutQueue staged):
@@ -3266,8 +3301,8 @@ cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1:
     return 0
 
 
-cdef int eo_publisher_settled(core, pub, tag, double now) except -1:
-    (<EoCore?>core).c_publisher_settled(pub, tag, now)
+cdef int eo_publisher_settled(core, pub, tag, out_tag, double now) except -1:
+    (<EoCore?>core).c_publisher_settled(pub, tag, out_tag, now)
     return 0
 
 

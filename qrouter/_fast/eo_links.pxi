@@ -19,6 +19,7 @@ from posix.time cimport CLOCK_MONOTONIC_COARSE, clock_getres
 
 from qrouter._fast.eo_core cimport (
     EoOut,
+    FlushDue,
     OUT_ACCEPT_PUBLISHER,
     OUT_DELIVER,
     OUT_PORT,
@@ -97,7 +98,7 @@ cdef class EoPub(EoEntry):
         cdef double now = g.c_now()
         if d.presettled and d.resume and not payload:
             self.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
-            eo_publisher_settled(t, self.pub, tag, now)  # it knows the outcome (2.6.13)
+            eo_publisher_settled(t, self.pub, tag, None, now)  # it knows the outcome (2.6.13)
         elif not d.presettled and g.accepted_tags.accepted(self.key, tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
             # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
@@ -125,7 +126,7 @@ cdef class EoPub(EoEntry):
         tag = d.tag
         if self.deliveries.get(tag) is d:
             del self.deliveries[tag]
-        eo_publisher_settled(g.topics[self.topic], self.pub, tag, g.c_now())
+        eo_publisher_settled(g.topics[self.topic], self.pub, tag, None, g.c_now())
         self.top_up()
         return 0
 
@@ -206,7 +207,7 @@ cdef inline double _uv_time(int clock) noexcept:
     return <double>(<uint64_t>ts.tv_sec * 1000 + <uint64_t>ts.tv_nsec // 1000000) / 1000
 
 
-cdef class EoLinks:
+cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores in C)
     """The per-message half of `qrouter.guarantee.Guarantees` (its base)."""
     cdef public dict topics  # topic -> TopicRouter (an EoCore)
     cdef public dict ports  # topic -> its port (qrouter/guarantee.py's _Port)
@@ -217,7 +218,6 @@ cdef class EoLinks:
     cdef public AcceptedTags accepted_tags  # idempotent publishing (qrouter/eo/dedup.py)
     cdef public object loop
     cdef public bint journal  # the delivery journal is on (qrouter/server.py)
-    cdef public bint scheduled  # a flush is due (Guarantees.schedule)
     cdef public int64_t window  # a publisher's unaccepted deliveries in flight per link
     cdef object _clock_of  # the loop whose `time` `_clock` is (c_now: no lookup per input)
     cdef object _clock
@@ -276,7 +276,8 @@ cdef class EoLinks:
                     elif kind == OUT_SETTLE_SUBSCRIBER:
                         self.c_settle_subscriber(<object>o.a, <bytes>o.b)
                     elif kind == OUT_ACCEPT_PUBLISHER:
-                        self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b)
+                        self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b,
+                                                <object>o.c)
                     elif kind == OUT_TO_ROUTER:
                         self.outbox.c_send(<object>o.a, <object>o.b)
                     elif kind == OUT_PORT:
@@ -298,7 +299,7 @@ cdef class EoLinks:
         self.c_settle_subscriber(att, out_tag)
 
     def _out_accept_publisher(self, topic, pub, tag):
-        self.c_accept_publisher(topic, pub, tag)
+        self.c_accept_publisher(topic, pub, tag, None)
 
     cdef int c_deliver(self, att, bytes out_tag, bytes body, bint resume) except -1:
         cdef EoSub s = self.subs.get(att)
@@ -341,7 +342,9 @@ cdef class EoLinks:
             d.c_settle(False)
         return 0
 
-    cdef int c_accept_publisher(self, str topic, pub, tag) except -1:
+    cdef int c_accept_publisher(self, str topic, pub, tag, out_tag) except -1:
+        """ACCEPTED to the publisher's delivery `tag`; `out_tag`: its outgoing tag if known
+        (the core's output carries it), else None."""
         cdef EoPub p = self.pubs.get((topic, pub))
         if p is None:
             return 0
@@ -349,7 +352,7 @@ cdef class EoLinks:
             p.presettled.discard(tag)
             t = self.topics.get(topic)
             if t is not None:
-                eo_publisher_settled(t, pub, tag, self.c_now())
+                eo_publisher_settled(t, pub, tag, out_tag, self.c_now())
             return 0
         cdef Delivery d = p.deliveries.get(tag)
         if d is None:
@@ -362,7 +365,7 @@ cdef class EoLinks:
             del p.deliveries[tag]
             t = self.topics.get(topic)
             if t is not None:
-                eo_publisher_settled(t, pub, tag, now)
+                eo_publisher_settled(t, pub, tag, out_tag, now)
             p.top_up()
         return 0
 

@@ -316,7 +316,7 @@ cdef inline int _eor_need(EowReader* r, Py_ssize_t n) except -1:
 
 # The strings of envelopes and records are names (router ids, topics, container and link
 # names) that repeat from one message to the next. Each one decoded is kept in a small
-# direct-mapped cache (FNV-1a of its octets -> slot), so a name seen before comes back as the
+# direct-mapped cache (_eo_hash of its octets -> slot), so a name seen before comes back as the
 # same str: no UTF-8 decode, no allocation, its hash already known and the dict lookups that
 # follow matched by identity. Bounded: EO_NAMES slots of at most EO_NAME_MAX octets each; a
 # peer that sends ever new names only replaces slots (and pays the decode, as without it).
@@ -326,15 +326,35 @@ cdef enum:
 cdef list _eo_names = [None] * EO_NAMES
 
 
+cdef inline uint32_t _eo_hash(const uint8_t* q, Py_ssize_t n) noexcept:
+    """A hash of the octets q[0:n] that picks a slot of the caches below, taken eight octets
+    at a time (a record's span is some 40 octets: byte by byte, as FNV-1a went, its serial
+    multiplies cost more than the compare that confirms a hit). Only a slot: a hit is the
+    octets compared equal, so a collision (or a peer that makes them) costs a decode."""
+    cdef uint64_t h = <uint64_t>n * 0x9E3779B97F4A7C15u, w
+    cdef Py_ssize_t i = 0, j
+    while i + 8 <= n:
+        memcpy(&w, q + i, 8)  # (one load)
+        h = (h ^ w) * 0xFF51AFD7ED558CCDu
+        h ^= h >> 32
+        i += 8
+    if i < n:
+        w = 0
+        for j in range(n - i):  # (the last 1-7 octets: no call of memcpy for them)
+            w |= <uint64_t>q[i + j] << (8 * j)
+        h = (h ^ w) * 0xFF51AFD7ED558CCDu
+        h ^= h >> 32
+    h *= 0xC4CEB9FE1A85EC53u
+    return <uint32_t>(h >> 32)
+
+
 cdef object _eo_str(const uint8_t* q, uint32_t n):
     """The str of the UTF-8 octets q[0:n] (DecodeError if they are not UTF-8)."""
-    cdef uint32_t h = 2166136261u, i, slot = 0
+    cdef uint32_t slot = 0
     cdef Py_ssize_t m
     cdef const char* c
     if n <= EO_NAME_MAX:
-        for i in range(n):
-            h = (h ^ q[i]) * 16777619u
-        slot = h & (EO_NAMES - 1)
+        slot = _eo_hash(q, n) & (EO_NAMES - 1)
         known = _eo_names[slot]
         if known is not None:
             c = PyUnicode_AsUTF8AndSize(known, &m)
@@ -405,7 +425,7 @@ cdef tuple _eor_subs_of(EowReader* r):
 
 # A record's publisher pair and its targets (or subscribers) repeat too: the same octets
 # from one message to the next (one publisher link, the same attachments behind a router).
-# The tuple decoded from such a span is kept the same way as the names above (FNV-1a of the
+# The tuple decoded from such a span is kept the same way as the names above (_eo_hash of the
 # octets and the kind of span -> slot; the octets compared before a hit), so a span seen
 # before costs a hash and a compare: no str looked up, no int or tuple made. Only a span
 # that decoded whole is kept, and the tuples hold only str and int: sharing them is safe.
@@ -421,11 +441,7 @@ cdef list _eo_span_val = [None] * (3 * EO_SPANS)   # slot -> the tuple decoded f
 
 
 cdef Py_ssize_t _eo_span_slot(const uint8_t* q, Py_ssize_t n, int kind) noexcept:
-    cdef uint32_t h = 2166136261u
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ q[i]) * 16777619u
-    return kind * EO_SPANS + (h & (EO_SPANS - 1))
+    return kind * EO_SPANS + (_eo_hash(q, n) & (EO_SPANS - 1))
 
 
 cdef object _eo_span_known(Py_ssize_t slot, const uint8_t* q, Py_ssize_t n):

@@ -420,3 +420,22 @@ def test_a_router_before_the_records_gets_maps() -> None:
         check(m)  # what the older router's schema accepts
     from_old = [m for src, _, m in sent if src == "A" and not isinstance(m, dict)]
     assert [m[0] for m in from_old] == ["ACCEPT", "SEEN"]  # (A itself reads records)
+
+
+def test_a_record_for_another_topic_is_dropped_also_after_one_for_this_topic() -> None:
+    """The core compares a record's topic by identity once it found that str equal (the
+    decoder hands the same str record after record): an equal str that is another object
+    is this topic, and a record naming another topic is still dropped after it."""
+    net = Net("AB", mode=EXACTLY_ONCE, topic="events.t")
+    b = net.r["B"]
+    same = "".join(list(b.topic))  # equal, another object (as the decoder's str)
+    assert same == b.topic and same is not b.topic
+    other = b.topic + ".x"
+
+    def dropped() -> int:
+        return sum("record for another topic dropped" in text for _, text in net.logs)
+
+    for i, (topic, want) in enumerate([(same, 0), (same, 0), (other, 1), (same, 1), (other, 2)]):
+        b.receive("A", ("SEEN", topic, bytes([i]) * 32, (("c", "l"),)), 1.0)
+        net.pump(1.0)
+        assert dropped() == want, (i, topic)
