@@ -22,6 +22,7 @@ from qrouter._fast.eo_core cimport (
     OUT_ACCEPT_PUBLISHER,
     OUT_DELIVER,
     OUT_PORT,
+    OUT_RECORD,
     OUT_SETTLE_SUBSCRIBER,
     OUT_TO_ROUTER,
     OutQueue,
@@ -277,6 +278,8 @@ cdef class EoLinks:
                         self.c_settle_subscriber(<object>o.a, <bytes>o.b)
                     elif kind == OUT_ACCEPT_PUBLISHER:
                         self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b)
+                    elif kind == OUT_RECORD:
+                        eo_send_record(self.outbox, o)
                     elif kind == OUT_TO_ROUTER:
                         self.outbox.c_send(<object>o.a, <object>o.b)
                     elif kind == OUT_PORT:
