@@ -171,10 +171,14 @@ def eo_message(envelopes):
     for octet what the codec makes of that map (qrouter/_fast/codec.pyx: map8 when the count
     and body fit in 255 octets, as Writer._shrink decides; vbin8 below 256 octets), without
     the dict, the bytes of "b" and the general encoder. ValueError as eo_pack."""
-    cdef Writer w = Writer(1024)
+    cdef Writer w = _eor_take_writer()  # (given back below; eo_wire.pxi)
     cdef Py_ssize_t n, head, body
     cdef uint8_t hdr[32]
-    _eow_pack(w, envelopes, 0)
+    try:
+        _eow_pack(w, envelopes, 0)
+    except BaseException:
+        _eor_give_writer(w)
+        raise
     n = w.length
     if n > 0xFFFFFFFF - 32:
         raise ValueError("eo_pack: value too long")
@@ -204,4 +208,5 @@ def eo_message(envelopes):
     out = PyBytes_FromStringAndSize(NULL, head + n)
     memcpy(PyBytes_AS_STRING(out), hdr, head)
     memcpy(PyBytes_AS_STRING(out) + head, w.data, n)
+    _eor_give_writer(w)
     return out

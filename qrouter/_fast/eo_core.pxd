@@ -11,25 +11,44 @@ cdef enum:
     OUT_TO_ROUTER = 3  # a = router id, b = message
     OUT_PORT = 4  # a port's method at the end of the input (log, resend): a = name, b = args
     OUT_CALL = 5  # a(*b) after the commit (an output staged from Python)
+    OUT_RECORD = 6  # a per-message record to a router that takes them, its fields: op,
+    #                 topic, a = router id, b = t, c = pub (FWD) or subscribers / targets,
+    #                 d, e, f = tag, body, targets (FWD; None otherwise)
+
+# a record's op (`EoOut.op` of OUT_RECORD): its op code in the compact inter-router encoding
+# (eo_wire.pxi), which writes it as it is
+cdef enum:
+    REC_FWD = 1
+    REC_ACCEPT = 2
+    REC_SETTLE = 3
+    REC_SEEN = 4
 
 
 cdef struct EoOut:
     int kind
+    int op  # OUT_RECORD's
     bint flag
-    PyObject *topic  # each field holds a reference (None when unused)
-    PyObject *a
+    PyObject *topic  # each field holds a reference (None when unused; NULL past c but
+    PyObject *a      # for OUT_RECORD)
     PyObject *b
     PyObject *c
+    PyObject *d
+    PyObject *e
+    PyObject *f
 
 
 cdef class OutQueue:
-    """Outputs in order, each a C struct holding its references (no tuple per output)."""
+    """Outputs in order, each a C struct holding its references (no tuple per output);
+    items[head:n] are pending (only a core's loopback takes them from the front)."""
     cdef EoOut *items
+    cdef Py_ssize_t head
     cdef Py_ssize_t n
     cdef Py_ssize_t cap
     cdef Py_ssize_t n_port  # OUT_PORT items among them
     cdef int reserve(self, Py_ssize_t n) except -1
     cdef int push(self, int kind, topic, a, b, c, bint flag) except -1
+    cdef int push_record(self, int op, topic, router, t, x, tag, body, targets) except -1
+    cdef int push_copy(self, EoOut *o) except -1
     cdef int move_to(self, OutQueue dst) except -1
     cdef void swap(self, OutQueue other)
     cdef void clear(self)

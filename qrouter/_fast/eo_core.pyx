@@ -25,7 +25,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF, PyObject
 from libc.stdint cimport uint64_t
 from cpython.dict cimport PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
@@ -1182,10 +1182,35 @@ cdef tuple _OUT_NAMES = ("deliver", "settle_subscriber", "accept_publisher", "to
 cdef dict _OUT_KINDS = {name: i for i, name in enumerate(_OUT_NAMES)}
 
 
+cdef inline EoOut *_out_slot(OutQueue q) except NULL:
+    """The next free item of `q` (counted in), its fields past `c` cleared: the one place
+    the queue grows, for each kind of push."""
+    cdef EoOut *o
+    if q.n == q.cap:
+        q.reserve(q.n + 1)
+    o = &q.items[q.n]
+    q.n += 1
+    o.op = 0
+    o.flag = False
+    o.d = o.e = o.f = NULL
+    return o
+
+
+cdef inline void _out_release(EoOut *o) noexcept:
+    Py_XDECREF(o.topic)
+    Py_XDECREF(o.a)
+    Py_XDECREF(o.b)
+    Py_XDECREF(o.c)
+    Py_XDECREF(o.d)
+    Py_XDECREF(o.e)
+    Py_XDECREF(o.f)
+
+
 cdef class OutQueue:
     """A core's outputs of one input, or the router's of one loop iteration (the engine's
     `EoLinks.outputs`), in order: each output a C struct with its references, so staging one
-    makes no tuple and moving an input's outputs to the router's is one memcpy."""
+    makes no tuple and moving an input's outputs to the router's is one memcpy. A core's
+    loopback (`EoCore._own`, its messages to itself) is one too, taken from the front."""
 
     def __dealloc__(self):
         self.clear()
@@ -1207,9 +1232,7 @@ cdef class OutQueue:
         return 0
 
     cdef int push(self, int kind, topic, a, b, c, bint flag) except -1:
-        if self.n == self.cap:
-            self.reserve(self.n + 1)
-        cdef EoOut *o = &self.items[self.n]
+        cdef EoOut *o = _out_slot(self)
         o.kind = kind
         o.flag = flag
         Py_INCREF(topic)
@@ -1220,40 +1243,74 @@ cdef class OutQueue:
         o.a = <PyObject *>a
         o.b = <PyObject *>b
         o.c = <PyObject *>c
-        self.n += 1
         if kind == OUT_PORT:
+            self.n_port += 1
+        return 0
+
+    cdef int push_record(self, int op, topic, router, t, x, tag, body, targets) except -1:
+        """An OUT_RECORD (eo_core.pxd): its fields as they are now, no tuple made."""
+        cdef EoOut *o = _out_slot(self)
+        o.kind = OUT_RECORD
+        o.op = op
+        Py_INCREF(topic)
+        Py_INCREF(router)
+        Py_INCREF(t)
+        Py_INCREF(x)
+        Py_INCREF(tag)
+        Py_INCREF(body)
+        Py_INCREF(targets)
+        o.topic = <PyObject *>topic
+        o.a = <PyObject *>router
+        o.b = <PyObject *>t
+        o.c = <PyObject *>x
+        o.d = <PyObject *>tag
+        o.e = <PyObject *>body
+        o.f = <PyObject *>targets
+        return 0
+
+    cdef int push_copy(self, EoOut *o) except -1:
+        """`o` (another queue's) appended, with references of its own."""
+        cdef EoOut *q = _out_slot(self)
+        q[0] = o[0]
+        Py_XINCREF(q.topic)
+        Py_XINCREF(q.a)
+        Py_XINCREF(q.b)
+        Py_XINCREF(q.c)
+        Py_XINCREF(q.d)
+        Py_XINCREF(q.e)
+        Py_XINCREF(q.f)
+        if q.kind == OUT_PORT:
             self.n_port += 1
         return 0
 
     cdef int move_to(self, OutQueue dst) except -1:
         """Append every output to `dst` (their references go with them), leaving this empty."""
-        if not self.n:
+        cdef Py_ssize_t n = self.n - self.head
+        if not n:
             return 0
-        dst.reserve(dst.n + self.n)
-        memcpy(&dst.items[dst.n], self.items, self.n * sizeof(EoOut))
-        dst.n += self.n
+        dst.reserve(dst.n + n)
+        memcpy(&dst.items[dst.n], &self.items[self.head], n * sizeof(EoOut))
+        dst.n += n
         dst.n_port += self.n_port
-        self.n = self.n_port = 0
+        self.head = self.n = self.n_port = 0
         return 0
 
     cdef void swap(self, OutQueue other):
         self.items, other.items = other.items, self.items
+        self.head, other.head = other.head, self.head
         self.n, other.n = other.n, self.n
         self.cap, other.cap = other.cap, self.cap
         self.n_port, other.n_port = other.n_port, self.n_port
 
     cdef void clear(self):
-        cdef Py_ssize_t i, n = self.n
+        cdef Py_ssize_t i, head = self.head, n = self.n
         cdef EoOut *items = self.items
-        self.n = self.n_port = 0
-        for i in range(n):
-            Py_XDECREF(items[i].topic)
-            Py_XDECREF(items[i].a)
-            Py_XDECREF(items[i].b)
-            Py_XDECREF(items[i].c)
+        self.head = self.n = self.n_port = 0
+        for i in range(head, n):
+            _out_release(&items[i])
 
     def __len__(self):
-        return self.n
+        return self.n - self.head
 
     def add(self, str name, topic, tuple args):
         """Stage the port's output `name` (what `qrouter.eo.Port` calls it) from Python."""
@@ -1271,12 +1328,23 @@ cdef class OutQueue:
         """Stage `apply(*args)`, to run after the commit."""
         self.push(OUT_CALL, None, apply, args, None, False)
 
+    def record(self, router, tuple message):
+        """Stage the record `message` (a FWD, ACCEPT, SETTLE or SEEN tuple) to `router` as its
+        fields, as a core does for a router that takes records (tests)."""
+        cdef int op = _REC_NAMES.index(message[0])
+        if op == REC_FWD:
+            _, topic, t, pub, tag, body, targets = message
+            self.push_record(op, topic, router, t, pub, tag, body, targets)
+        else:
+            _, topic, t, x = message
+            self.push_record(op, topic, router, t, x, None, None, None)
+
     def entries(self):
         """[(name, topic, args)] in order (the port's names; "port" / "call" for the rest)."""
         cdef Py_ssize_t i
         cdef EoOut *o
         out = []
-        for i in range(self.n):
+        for i in range(self.head, self.n):
             o = &self.items[i]
             out.append(_out_entry(o))
         return out
@@ -1286,7 +1354,7 @@ cdef class OutQueue:
         cdef Py_ssize_t i
         cdef EoOut *o
         out = set()
-        for i in range(self.n):
+        for i in range(self.head, self.n):
             o = &self.items[i]
             if o.kind == OUT_ACCEPT_PUBLISHER and <object>o.a == pub:
                 out.add(<object>o.b)
@@ -1301,7 +1369,23 @@ cdef tuple _out_entry(EoOut *o):
         return (_OUT_NAMES[kind], <object>o.topic, (<object>o.a, <object>o.b))
     if kind == OUT_PORT:
         return (<object>o.a, <object>o.topic, <object>o.b)
+    if kind == OUT_RECORD:
+        return ("to_router", None, (<object>o.a, _rec_tuple(o)))
     return ("call", <object>o.topic, (<object>o.a, <object>o.b))
+
+
+# a record's name by op (REC_*, eo_core.pxd): the head of its tuple
+cdef tuple _REC_NAMES = (None, "FWD", "ACCEPT", "SETTLE", "SEEN")
+
+
+cdef tuple _rec_tuple(EoOut *o):
+    """An OUT_RECORD's message as the tuple a port is given (the simulation's to_router,
+    `OutQueue.entries`, a router before the records): (name, topic, t, ...), the head of the
+    compact encoding's record (eo_wire.pxi)."""
+    if o.op == REC_FWD:
+        return ("FWD", <object>o.topic, <object>o.b, <object>o.c, <object>o.d, <object>o.e,
+                <object>o.f)
+    return (_REC_NAMES[o.op], <object>o.topic, <object>o.b, <object>o.c)
 
 
 # the attachments _c_grouped grouped last (each held, so compared by identity) and the groups
@@ -1429,74 +1513,11 @@ cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
 
 
-# our own messages (to this router), in order (EoCore._own): a record's fields as they were
-# when sent, so one to ourselves builds no tuple to take apart again (_c_flush)
-cdef enum:
-    OWN_MSG = 0     # a: a message (a map, or a record tuple: _c_own)
-    OWN_FWD = 1     # a..e: out_tag, pub, tag, body, targets
-    OWN_SETTLE = 2  # a, b: out_tag, targets
-    OWN_ACCEPT = 3  # a, b: out_tag, subs
-    OWN_SEEN = 4    # a, b: out_tag, subs
-
-
-# the message name of each own op sent to another router instead (EoCore._c_rec_to)
-cdef tuple _OWN_NAMES = (None, "FWD", "SETTLE", "ACCEPT", "SEEN")
-
-
-cdef struct EoOwn:
-    int op
-    PyObject *a  # each field holds a reference (None when unused)
-    PyObject *b
-    PyObject *c
-    PyObject *d
-    PyObject *e
-
-
-cdef class _OwnQueue:
-    """EoCore's loopback: items[head:n] not yet handled (a handler may push more)."""
-    cdef EoOwn *items
-    cdef Py_ssize_t head
-    cdef Py_ssize_t n
-    cdef Py_ssize_t cap
-
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.head, self.n):
-            _own_release(&self.items[i])
-        PyMem_Free(self.items)
-
-    cdef int push(self, int op, a, b, c, d, e) except -1:
-        cdef EoOwn *items
-        cdef Py_ssize_t cap
-        if self.n == self.cap:
-            cap = self.cap * 2 if self.cap else 16
-            items = <EoOwn *>PyMem_Realloc(self.items, cap * sizeof(EoOwn))
-            if items == NULL:
-                raise MemoryError()
-            self.items = items
-            self.cap = cap
-        cdef EoOwn *o = &self.items[self.n]
-        o.op = op
-        Py_INCREF(a)
-        Py_INCREF(b)
-        Py_INCREF(c)
-        Py_INCREF(d)
-        Py_INCREF(e)
-        o.a = <PyObject *>a
-        o.b = <PyObject *>b
-        o.c = <PyObject *>c
-        o.d = <PyObject *>d
-        o.e = <PyObject *>e
-        self.n += 1
-        return 0
-
-
-cdef inline void _own_release(EoOwn *o) noexcept:
-    Py_XDECREF(o.a)
-    Py_XDECREF(o.b)
-    Py_XDECREF(o.c)
-    Py_XDECREF(o.d)
-    Py_XDECREF(o.e)
+# Our own messages (to this router) go through the core's loopback (EoCore._own, an OutQueue
+# taken from the front) as the outputs they would be to another router: a record as an
+# OUT_RECORD, its fields as they were when sent, so one to ourselves builds no tuple to take
+# apart again (_c_flush); anything else (a map, a record tuple: _c_own) as an OUT_TO_ROUTER.
+# The router's id is not kept (None).
 
 
 cdef class FlushDue:
@@ -1535,7 +1556,7 @@ cdef class EoCore:
     cdef public set _records_ok  # peers that read records; the others get maps (protocol.py)
     cdef public dict _barrier
     cdef public long long _epoch
-    cdef _OwnQueue _own  # our own messages, in order (_c_to_router, _c_flush)
+    cdef OutQueue _own  # our own messages, in order (_c_to_router, _c_flush)
     cdef public dict _puts
     cdef public set _dels
     # origin records staged by out_tag (no key made per save; the store keys are made at
@@ -1602,7 +1623,7 @@ cdef class EoCore:
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
-        self._own = _OwnQueue()
+        self._own = OutQueue()
         self._bodies = {}
         self._gone = {}
         self._known = set()
@@ -1719,9 +1740,9 @@ cdef class EoCore:
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
-                    self._c_rec_to(router, OWN_SEEN, out_tag, seen)
+                    self._c_rec_to(router, REC_SEEN, out_tag, seen)
             elif settled_by is not None:
-                self._c_rec_to(settled_by, OWN_SEEN, out_tag, seen)
+                self._c_rec_to(settled_by, REC_SEEN, out_tag, seen)
             self._c_maybe_drop_local(rec)
         self._c_flush()
 
@@ -2285,28 +2306,48 @@ cdef class EoCore:
         for i in range(len(plan)):
             group = <tuple>plan[i]
             if settle:
-                self._c_rec_to(group[0], OWN_SETTLE, rec.out_tag, group[1])
+                self._c_rec_to(group[0], REC_SETTLE, rec.out_tag, group[1])
             else:
                 self._c_fwd_to(group[0], rec, group[1])
         return 0
 
     cdef int _c_fwd_to(self, router, OriginRecord rec, targets) except -1:
-        """("FWD", topic, t, pub, tag, body, targets) to `router`: to ourselves, its fields."""
+        """("FWD", topic, t, pub, tag, body, targets) to `router`, as its fields."""
         if router is self.router_id or router == self.router_id:
-            self._own.push(OWN_FWD, rec.out_tag, rec.publisher, rec.tag, rec.body, targets)
+            self._own.push_record(REC_FWD, None, None, rec.out_tag, rec.publisher, rec.tag,
+                                  rec.body, targets)
         else:
-            self._c_to_peer(router, (
-                "FWD", self.topic, rec.out_tag, rec.publisher, rec.tag, rec.body, targets
-            ))
+            self._c_record_to_peer(router, REC_FWD, rec.out_tag, rec.publisher, rec.tag,
+                                   rec.body, targets)
         return 0
 
     cdef int _c_rec_to(self, router, int op, out_tag, subs) except -1:
-        """(name, topic, t, subs) to `router` for op OWN_SETTLE, OWN_ACCEPT or OWN_SEEN (the
-        name: SETTLE, ACCEPT, SEEN): to ourselves, its fields."""
+        """(name, topic, t, subs) to `router` for op REC_SETTLE, REC_ACCEPT or REC_SEEN (the
+        name: SETTLE, ACCEPT, SEEN), as its fields."""
         if router is self.router_id or router == self.router_id:
-            self._own.push(op, out_tag, subs, None, None, None)
+            self._own.push_record(op, None, None, out_tag, subs, None, None, None)
         else:
-            self._c_to_peer(router, (_OWN_NAMES[op], self.topic, out_tag, subs))
+            self._c_record_to_peer(router, op, out_tag, subs, None, None, None)
+        return 0
+
+    cdef int _c_record_to_peer(self, router, int op, t, x, tag, body, targets) except -1:
+        """A record to another router (if up), as _c_to_peer its tuple: staged as its fields
+        (the engine writes them into the router's envelope in the compact encoding: eo_wire.pxi,
+        `eo_send_record`), or as a map to a router before the records."""
+        cdef EoOut o
+        if router in self._up:
+            if router in self._records_ok:
+                self._out.push_record(op, self.topic, router, t, x, tag, body, targets)
+            else:
+                o.op = op
+                o.topic = <PyObject *>self.topic
+                o.b = <PyObject *>t
+                o.c = <PyObject *>x
+                o.d = <PyObject *>tag
+                o.e = <PyObject *>body
+                o.f = <PyObject *>targets
+                self._out.push(OUT_TO_ROUTER, None, router, _record_map(_rec_tuple(&o)), None,
+                               False)
         return 0
 
     cdef _c_check_accept(self, OriginRecord rec):
@@ -2399,9 +2440,9 @@ cdef class EoCore:
         drivers = rec._drivers
         if type(drivers) is set:
             for router in sorted(<set>drivers):
-                self._c_rec_to(router, OWN_ACCEPT, rec.out_tag, subs)
+                self._c_rec_to(router, REC_ACCEPT, rec.out_tag, subs)
         else:  # (one router, not None: checked above)
-            self._c_rec_to(drivers, OWN_ACCEPT, rec.out_tag, subs)
+            self._c_rec_to(drivers, REC_ACCEPT, rec.out_tag, subs)
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
 
@@ -2484,7 +2525,7 @@ cdef class EoCore:
     cdef _c_to_router(self, router, msg):
         # (our own id is the object the core was given: most calls to ourselves pass it)
         if router is self.router_id or router == self.router_id:
-            self._own.push(OWN_MSG, msg, None, None, None, None)
+            self._own.push(OUT_TO_ROUTER, None, None, msg, None, False)
         else:
             self._c_to_peer(router, msg)
 
@@ -2496,30 +2537,33 @@ cdef class EoCore:
             self._out.push(OUT_TO_ROUTER, None, router, msg, None, False)
         return 0
 
-    cdef int _c_own_next(self, _OwnQueue own) except -1:
+    cdef int _c_own_next(self, OutQueue own) except -1:
         """Handle our oldest own message (taken off first: a handler may push more, and an
         error leaves the rest for the next flush, as the deque did)."""
-        cdef EoOwn *o = &own.items[own.head]
+        cdef EoOut *o = &own.items[own.head]
         cdef int op = o.op
-        a = <object>o.a
+        cdef bint record = o.kind == OUT_RECORD
         b = <object>o.b
         c = <object>o.c
-        d = <object>o.d
-        e = <object>o.e
-        _own_release(o)
+        d = e = f = None
+        if record and op == REC_FWD:
+            d = <object>o.d
+            e = <object>o.e
+            f = <object>o.f
+        _out_release(o)
         own.head += 1
         if own.head == own.n:
             own.head = own.n = 0
-        if op == OWN_FWD:  # as _c_own a FWD tuple
-            self._c_on_fwd(self.router_id, a, b, c, d, e)
-        elif op == OWN_SETTLE:
-            self._c_on_settle(self.router_id, a, b)
-        elif op == OWN_ACCEPT:
-            self._c_on_accept(a, b)
-        elif op == OWN_SEEN:
-            self._c_on_seen(a, b)
+        if not record:
+            self._c_own(b)
+        elif op == REC_FWD:  # as _c_own a FWD tuple
+            self._c_on_fwd(self.router_id, b, c, d, e, f)
+        elif op == REC_SETTLE:
+            self._c_on_settle(self.router_id, b, c)
+        elif op == REC_ACCEPT:
+            self._c_on_accept(b, c)
         else:
-            self._c_own(a)
+            self._c_on_seen(b, c)
         return 0
 
     cdef _c_log(self, level, text):
@@ -2528,7 +2572,7 @@ cdef class EoCore:
 
     cdef _c_flush(self):
         """End of an input: our own messages, then the commit, then every output in order."""
-        cdef _OwnQueue own = self._own
+        cdef OutQueue own = self._own
         while own.n:
             self._c_own_next(own)
         cdef dict puts, dirty, bodies, gone
@@ -2600,8 +2644,7 @@ cdef class EoCore:
                 if kind == OUT_PORT:
                     getattr(port, <object>o.a)(*<object>o.b)
                 elif staged is not None:
-                    staged.push(kind, <object>o.topic, <object>o.a, <object>o.b, <object>o.c,
-                                o.flag)
+                    staged.push_copy(o)
                 elif kind == OUT_DELIVER:
                     port.deliver(<object>o.a, <object>o.b, <object>o.c, o.flag)
                 elif kind == OUT_SETTLE_SUBSCRIBER:
@@ -2610,6 +2653,8 @@ cdef class EoCore:
                     port.accept_publisher(<object>o.a, <object>o.b)
                 elif kind == OUT_TO_ROUTER:
                     port.to_router(<object>o.a, <object>o.b)
+                elif kind == OUT_RECORD:
+                    port.to_router(<object>o.a, _rec_tuple(o))
                 else:
                     (<object>o.a)(*<object>o.b)
         finally:

@@ -23,6 +23,7 @@ from qrouter._fast.eo_core cimport (
     OUT_ACCEPT_PUBLISHER,
     OUT_DELIVER,
     OUT_PORT,
+    OUT_RECORD,
     OUT_SETTLE_SUBSCRIBER,
     OUT_TO_ROUTER,
     OutQueue,
@@ -278,6 +279,8 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
                     elif kind == OUT_ACCEPT_PUBLISHER:
                         self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b,
                                                 <object>o.c)
+                    elif kind == OUT_RECORD:
+                        eo_send_record(self.outbox, o)
                     elif kind == OUT_TO_ROUTER:
                         self.outbox.c_send(<object>o.a, <object>o.b)
                     elif kind == OUT_PORT:

@@ -31,6 +31,14 @@
 from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from qrouter._fast.eo_core cimport (  # a record's op codes (below) are the core's record ops
+    EoOut,
+    REC_ACCEPT as EOR_ACCEPT,
+    REC_FWD as EOR_FWD,
+    REC_SEEN as EOR_SEEN,
+    REC_SETTLE as EOR_SETTLE,
+    RouterOutbox,
+)
 
 
 cdef extern from "Python.h":
@@ -47,10 +55,6 @@ cdef enum:
     EOW_MAP = 7
     EOW_WORD = 8
     EOW_REC = 9
-    EOR_FWD = 1
-    EOR_ACCEPT = 2
-    EOR_SETTLE = 3
-    EOR_SEEN = 4
     EO_MAX_DEPTH = 16
 
 # Append only: the index of a word is its encoding (a router reads what older ones wrote).
@@ -195,31 +199,107 @@ cdef int _eor_held_pack(Writer w, object v, bint atts) except -1:
 
 
 cdef int _eor_pack(Writer w, tuple v, int code) except -1:
-    """A per-message record (see the top): tag, length (patched), op code, fields."""
-    cdef Py_ssize_t n = len(v)
-    cdef Py_ssize_t start
-    if n != (7 if code == EOR_FWD else 4):
+    """A per-message record given as its tuple (see the top)."""
+    if len(v) != (7 if code == EOR_FWD else 4):
         raise ValueError("eo_pack: a record of the wrong length")
+    if code == EOR_FWD:
+        return _eor_fields(w, code, v[1], v[2], v[3], v[4], v[5], v[6])
+    return _eor_fields(w, code, v[1], v[2], v[3], None, None, None)
+
+
+cdef int _eor_fields(Writer w, int code, topic, t, x, tag, body, targets) except -1:
+    """A per-message record (see the top) of its fields: tag, length (patched), op code,
+    topic, t, then pub, tag, body and targets (FWD) or the subscribers or targets (`x`)."""
+    cdef Py_ssize_t start
     if w.length + 6 > w.capacity:
         w.grow(6)
     w.data[w.length] = EOW_REC
     start = w.length + 1  # the length, patched below
     w.data[w.length + 5] = <uint8_t>code
     w.length += 6
-    _eor_str(w, v[1])
-    _eor_bytes(w, v[2])
+    _eor_str(w, topic)
+    _eor_bytes(w, t)
     if code == EOR_FWD:
-        _eor_held_pack(w, v[3], False)
-        _eor_bytes(w, v[4])
-        _eor_bytes(w, v[5])
-        _eor_held_pack(w, v[6], True)
+        _eor_held_pack(w, x, False)
+        _eor_bytes(w, tag)
+        _eor_bytes(w, body)
+        _eor_held_pack(w, targets, True)
     elif code == EOR_SETTLE:
-        _eor_held_pack(w, v[3], True)
+        _eor_held_pack(w, x, True)
     else:
-        _eor_subs(w, v[3])
+        _eor_subs(w, x)
     if w.length - start - 4 > 0xFFFFFFFF:
         raise ValueError("eo_pack: record too long")
     w.patch_u32(start, <uint32_t>(w.length - start - 4))
+    return 0
+
+
+# The buffers of runs and of the messages that carry them (eo_message) are taken from those
+# used before and given back, so they have grown to the size of an envelope once and cost no
+# growth after. Bounded: EOR_SPARE buffers of at most EOR_SPARE_MAX octets are kept.
+cdef enum:
+    EOR_SPARE = 8
+    EOR_SPARE_MAX = 1 << 16
+cdef list _eor_spare = []
+
+
+cdef inline Writer _eor_take_writer():
+    if _eor_spare:
+        return <Writer>_eor_spare.pop()
+    return Writer(4096)
+
+
+cdef inline void _eor_give_writer(Writer w) noexcept:
+    if (w is not None and _eor_spare is not None and len(_eor_spare) < EOR_SPARE
+            and w.capacity <= EOR_SPARE_MAX):
+        w.length = 0
+        _eor_spare.append(w)
+
+
+@cython.final
+cdef class EoRun:
+    """Records to one router, written in the compact encoding as the engine applied them
+    (`eo_send_record`): `n` consecutive messages of an envelope's list ("ms"), which
+    _eow_pack writes as the n records they are, octet for octet what their tuples would be.
+    Only ever an item of such a list."""
+    cdef Writer w
+    cdef Py_ssize_t n
+
+    def __cinit__(self):
+        self.w = _eor_take_writer()
+
+    def __dealloc__(self):
+        _eor_give_writer(self.w)
+
+    def __len__(self):
+        return self.n
+
+
+cdef int eo_send_record(RouterOutbox outbox, EoOut *o) except -1:
+    """An OUT_RECORD (eo_core.pxd) to its router, applied after the commit like any output
+    (`EoLinks.apply_outputs`): written straight into the run at the end of the router's
+    envelope of this loop iteration, or into a new run that `outbox` puts where it would
+    have put the record's tuple (a new envelope; dropped if the router is down). So a record
+    takes its place among the router's other messages, in order, and makes no tuple."""
+    cdef EoRun run = None
+    cdef Py_ssize_t start
+    router = <object>o.a
+    group = outbox.open.get(router)
+    if group is not None and len(<list>group):
+        last = (<list>group)[len(<list>group) - 1]
+        if type(last) is EoRun:
+            run = <EoRun>last
+    if run is None:
+        run = EoRun()
+        outbox.c_send(router, run)
+    start = run.w.length
+    try:
+        _eor_fields(run.w, o.op, <object>o.topic, <object>o.b, <object>o.c, <object>o.d,
+                    <object>o.e, <object>o.f)
+    except BaseException:
+        run.w.length = start  # (a field of the wrong type: the run keeps whole records)
+        raise
+    run.n += 1
     return 0
 
 
@@ -264,10 +344,17 @@ cdef int _eow_pack(Writer w, object v, int depth) except -1:
     elif isinstance(v, (bytearray, memoryview)):
         _eow_pack(w, bytes(v), depth)
     elif isinstance(v, list):
-        w.put_u8(EOW_LIST)
-        _eow_len(w, len(<list>v))
+        n = len(<list>v)
         for item in <list>v:
-            _eow_pack(w, item, depth + 1)
+            if type(item) is EoRun:
+                n += (<EoRun>item).n - 1
+        w.put_u8(EOW_LIST)
+        _eow_len(w, n)
+        for item in <list>v:
+            if type(item) is EoRun:  # records already written (a run counts as its n)
+                w.put_raw((<EoRun>item).w.data, (<EoRun>item).w.length)
+            else:
+                _eow_pack(w, item, depth + 1)
     elif isinstance(v, tuple):  # (a record went above)
         w.put_u8(EOW_LIST)
         _eow_len(w, len(<tuple>v))

@@ -89,6 +89,56 @@ def test_a_router_down_drops_what_is_sent_to_it() -> None:
     assert [e["ms"] for _, e in g.core.mesh.sent] == [["m1"]]
 
 
+_T = b"\x01" * 32
+_RECORDS = [
+    ("FWD", "events", _T, ("pc", "pl"), b"t1", b"body", (("B", 1, 0), ("B", 2, 0))),
+    ("SETTLE", "events", _T, (("B", 1, 0),)),
+    ("ACCEPT", "events", _T, (("c", "l"),)),
+    ("SEEN", "events", _T, (("c", "l"), ("c2", "l2"))),
+    ("FWD", "other", _T, ("pc", "pl"), b"t2", b"", ()),
+]
+
+
+def _sent_with(stage: Any) -> tuple[list[tuple[int, Any]], bytes]:
+    """What a router sends when `stage(g, router, record)` stages each of _RECORDS to B,
+    a map from Python between the second and the third (and a second router's record
+    in between, in its own envelope): the envelopes and their compact encoding."""
+    from qrouter._fast.engine import eo_pack
+
+    g = _router("A", "B")
+    g.core.mesh.next_hop["C"] = 1
+    g.route("B", 1)
+    g.route("C", 1)
+    for i, record in enumerate(_RECORDS):
+        if i == 2:
+            g.stage(g._out_to_router, ("B", {"op": "PING", "topic": "events", "e": 1}))
+            stage(g, "C", record)
+        stage(g, "B", record)
+    g.flush()
+    sent = g.core.mesh.sent
+    return sent, eo_pack([e for _, e in sent])
+
+
+def test_records_staged_as_fields_go_out_as_their_tuples_would() -> None:
+    """A record the core stages as its fields (OUT_RECORD) is written into the envelope
+    where its tuple would have gone, in order among the router's other messages, octet for
+    octet what the tuple encodes to; what is sent decodes to the tuples."""
+    from qrouter._fast.engine import eo_unpack
+
+    as_tuples, raw_tuples = _sent_with(lambda g, r, m: g.outputs.add("to_router", None, (r, m)))
+    as_fields, raw_fields = _sent_with(lambda g, r, m: g.outputs.record(r, m))
+    assert raw_fields == raw_tuples
+    ping = {"op": "PING", "topic": "events", "e": 1}
+    assert [e["ms"] for _, e in as_tuples] == [[*_RECORDS[:2], ping, *_RECORDS[2:]], [_RECORDS[2]]]
+    # the records as runs: the two before the map, the three after it, the one to C
+    assert [[m if isinstance(m, dict) else len(m) for m in e["ms"]] for _, e in as_fields] == [
+        [2, ping, 3],
+        [1],
+    ]
+    envelopes = eo_unpack(raw_fields)
+    assert [e["ms"] for e in envelopes] == [e["ms"] for _, e in as_tuples]
+
+
 def test_memory_scan_joins_the_topics_records_under_their_prefixes() -> None:
     """No store: each topic's records are kept by key under its prefix (`commit_memory`);
     a scan sees them as full keys, in key order, whatever prefix it asks for."""
