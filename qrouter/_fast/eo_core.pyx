@@ -1941,7 +1941,9 @@ cdef class EoCore:
                 st == L_QUEUED and out_tag in ls.attach_map
             ):
                 rec._st[i] = L_SETTLING if ls.resumable else L_SEEN
-                self._out.push(OUT_SETTLE_SUBSCRIBER, None, att, out_tag, None, False)
+                # (the record's own out tag, equal to the peer's: the object the subscriber's
+                # delivery is kept under, found by identity in EoSub.deliveries)
+                self._out.push(OUT_SETTLE_SUBSCRIBER, None, att, rec.out_tag, None, False)
             elif st == L_QUEUED:
                 rec._st[i] = L_SEEN  # never sent: nothing to see
         # the subscribers of `targets` here that have seen it: usually one, sent as is
@@ -2661,10 +2663,32 @@ cdef class EoCore:
         other subscribers all accepted and dropping those left with nothing. Every record is
         looked at (the settled ones too), so it is per-message work: here, not in Python."""
         cdef LocalRecord rec
-        for rec in list(self._locals.values()):
-            if rec.c_pop_sub(att) >= 0:
-                self._c_check_local_accept(rec)
-                self._c_maybe_drop_local(rec)
+        cdef dict locals_ = self._locals
+        # _c_barrier_passed's answer for the last epoch asked: the barrier, the peers up and
+        # the lacking ones do not change during the walk (what it sends is only queued), and
+        # the tombstones it meets come in runs of one epoch
+        cdef long long memo_epoch = 0
+        cdef bint memo_set = False, memo_passed = False
+        for rec in list(locals_.values()):
+            if rec.c_pop_sub(att) < 0:
+                continue
+            self._c_check_local_accept(rec)
+            # _c_maybe_drop_local(rec), with the memo
+            if locals_.get(rec.out_tag) is not rec:
+                continue
+            if rec.settled:
+                if not self._drop_on_settle:
+                    if not rec.c_all_seen():
+                        continue
+                    if not memo_set or memo_epoch != rec.settled_epoch:
+                        memo_passed = self._c_barrier_passed(rec.settled_epoch)
+                        memo_epoch = rec.settled_epoch
+                        memo_set = True
+                    if not memo_passed:
+                        continue
+                del locals_[rec.out_tag]
+            elif not rec._keys.keys:
+                del locals_[rec.out_tag]
 
     def _settled_index(self):
         """The records `_settled_l` holds from its head (tests: the live ones are exactly
