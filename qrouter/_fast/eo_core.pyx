@@ -2035,14 +2035,14 @@ cdef class EoCore:
         cdef list hints = self._ls_hint
         cdef tuple entry
         cdef Py_ssize_t i
-        if version and version == self._ls_version:
-            entry = _sub_hint_get(hints, h, att)
-            if entry is not None:
-                return <LocalSub>PyTuple_GET_ITEM(entry, 0)
-        else:
+        if version != self._ls_version:
             for i in range(LS_HINTS):
                 hints[i] = None
             self._ls_version = version
+        elif version:  # (0: no version, Python 3.12 on: no hints, the dict itself)
+            entry = _sub_hint_get(hints, h, att)
+            if entry is not None:
+                return <LocalSub>PyTuple_GET_ITEM(entry, 0)
         ls = subs.get(att)
         if ls is not None and version:
             _sub_hint_set(hints, h, att, (ls, None, att))
