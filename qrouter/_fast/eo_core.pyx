@@ -744,6 +744,7 @@ cdef _Keys _NO_KEYS = _keys_of(())
 
 cdef enum:
     INLINE_ATTS = 8  # local state bytes kept in the record itself; more are allocated
+    ATT_BY_ID = 4  # LocalRecord.c_pos: keys compared by identity before the index is asked
 
 
 @cython.no_gc  # (see OriginRecord)
@@ -834,22 +835,29 @@ cdef class LocalRecord:
 
     def pop_sub(self, att):
         """Remove `att`: its state, or None if it was not there."""
-        cdef int st = self.c_state(att)
+        cdef int st = self.c_pop_sub(att)
+        return None if st < 0 else st
+
+    cdef int c_pop_sub(self, att) except -2:
+        """pop_sub: `att`'s state, -1 if it was not there."""
+        cdef Py_ssize_t pos = self.c_pos(att)
         cdef unsigned char saved[INLINE_ATTS]
         cdef unsigned char *prev = saved
         cdef Py_ssize_t i, j = 0, n = len(self._keys.keys)
         cdef tuple old = self._keys.keys
-        if st < 0:
-            return None
+        if pos < 0:
+            return -1
+        cdef int st = self._st[pos]
         if n > INLINE_ATTS:
             prev = <unsigned char *>PyMem_Malloc(n)
             if prev == NULL:
                 raise MemoryError()
         try:
             memcpy(prev, self._st, n)
-            self._c_take(_keys_of(tuple([k for k in old if k != att])))
+            # (the keys are distinct: only the one at `pos` equals `att`)
+            self._c_take(_NO_KEYS if n == 1 else _keys_of(old[:pos] + old[pos + 1:]))
             for i in range(n):
-                if old[i] != att:
+                if i != pos:
                     self._st[j] = prev[i]
                     j += 1
         finally:
@@ -872,22 +880,34 @@ cdef class LocalRecord:
         self._keys = keys
         return 0
 
-    cdef inline int c_state(self, att):
-        """The state of `att`, -1 if it is not one of the record's attachments."""
+    cdef inline Py_ssize_t c_pos(self, att) except -2:
+        """`att`'s position in the record, -1 if it is not one of its attachments. The first
+        few keys are compared by identity before the index is asked: the callers pass the
+        attachment's own id (LocalSub.att, the object the record was given), and an AttId is
+        a tuple, whose hash is computed anew at every dict look-up. (The keys are distinct,
+        so the object itself at i means index[att] == i: the same answer.)"""
+        cdef tuple keys = self._keys.keys
+        cdef Py_ssize_t i, n = len(keys)
+        for i in range(n if n < ATT_BY_ID else ATT_BY_ID):
+            if PyTuple_GET_ITEM(keys, i) == <PyObject *>att:
+                return i
         pos = self._keys.index.get(att)
-        if pos is None:
-            return -1
-        return self._st[<Py_ssize_t>pos]
+        return -1 if pos is None else <Py_ssize_t>pos
+
+    cdef inline int c_state(self, att) except -2:
+        """The state of `att`, -1 if it is not one of the record's attachments."""
+        cdef Py_ssize_t pos = self.c_pos(att)
+        return -1 if pos < 0 else self._st[pos]
 
     cdef int c_set(self, att, state) except -1:
         cdef Py_ssize_t v = state
         if not L_HELD <= v <= L_SEEN:
             raise ValueError(f"bad local state {state!r}")
-        pos = self._keys.index.get(att)
-        if pos is None:
+        cdef Py_ssize_t pos = self.c_pos(att)
+        if pos < 0:
             self._c_take(_keys_plus(self._keys, att))
             pos = len(self._keys.keys) - 1
-        self._st[<Py_ssize_t>pos] = <unsigned char>v
+        self._st[pos] = <unsigned char>v
         return 0
 
     cdef inline int c_add(self, att, unsigned char state) except -1:
@@ -1510,6 +1530,10 @@ cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
     return 0
 
 
+cdef enum:
+    LS_HINTS = 8  # a power of two: EoCore._ls_hint's entries (see _addr_slot)
+
+
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
 
 
@@ -1616,10 +1640,18 @@ cdef class EoCore:
     # it is compared once, then by identity (_c_our_topic; both held)
     cdef object _topic_seen
     cdef object _topic_was
+    # `_subs`'s look-ups by the attachment id object's address (_c_local_sub): entries
+    # (LocalSub, None, the id looked up), as `_sub_hint`'s (the entry holds the id, so an
+    # address is never another object's), valid while `_subs` has the version (PEP 509)
+    # `_ls_version`; a peer's FWD and SETTLE name the same id objects message after message
+    # (the wire decoder's span cache), and a tuple's hash is not cached
+    cdef list _ls_hint
+    cdef unsigned long long _ls_version
 
     def __cinit__(self):
         self._sub_order = {}
         self._sub_hint = [None] * SUB_HINTS
+        self._ls_hint = [None] * LS_HINTS
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
@@ -1716,14 +1748,19 @@ cdef class EoCore:
     cdef c_subscriber_accepted(self, att, out_tag, double now):
         self._now = now
         cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalSub ls
+        cdef Py_ssize_t pos
         cdef int st
-        if rec is not None and att in self._subs:
-            st = rec.c_state(att)
-            if st == L_DELIVERED:
-                rec.c_set(att, L_ACCEPTED)
-                st = L_ACCEPTED
-            if st == L_ACCEPTED:
-                self._c_check_local_accept(rec)
+        if rec is not None:
+            ls = self._c_local_sub(att)
+            if ls is not None:
+                pos = rec.c_pos(ls.att)  # (ls.att, the object the record holds)
+                st = rec._st[pos] if pos >= 0 else -1
+                if st == L_DELIVERED:
+                    rec._st[pos] = L_ACCEPTED
+                    st = L_ACCEPTED
+                if st == L_ACCEPTED:
+                    self._c_check_local_accept(rec)
         self._c_flush()
 
     def subscriber_settled(self, att, out_tag, double now):
@@ -1733,9 +1770,10 @@ cdef class EoCore:
     cdef c_subscriber_settled(self, att, out_tag, double now):
         self._now = now
         cdef LocalRecord rec = self._locals.get(out_tag)
-        cdef LocalSub ls = self._subs.get(att)
-        if rec is not None and ls is not None and rec.c_state(att) == L_SETTLING:
-            rec.c_set(att, L_SEEN)
+        cdef LocalSub ls = self._c_local_sub(att)
+        cdef Py_ssize_t pos = rec.c_pos(ls.att) if rec is not None and ls is not None else -1
+        if pos >= 0 and rec._st[pos] == L_SETTLING:
+            rec._st[pos] = L_SEEN
             seen = (ls.sub,)
             settled_by = rec._settled_by
             if type(settled_by) is set:
@@ -1859,7 +1897,6 @@ cdef class EoCore:
                    tuple targets):
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
-        cdef dict subs_here = self._subs
         cdef list touched = None  # the attachments to pump, once more than one
         cdef LocalSub first_ls = None  # the first's, when it is a new one of `targets`
         cdef tuple keys
@@ -1869,7 +1906,7 @@ cdef class EoCore:
             return  # a tombstone: whatever this FWD was for is over
         if rec is None:
             for att in targets:
-                if att in subs_here:
+                if self._c_local_sub(att) is not None:
                     live = True
                     break
             if not live:
@@ -1891,8 +1928,13 @@ cdef class EoCore:
                         touched = [first]
                     touched.append(keys[i])
         for att in targets:  # (the live ones: attached here)
-            ls = subs_here.get(att)
-            if ls is not None and att not in rec._keys.index:
+            ls = self._c_local_sub(att)
+            if ls is None:
+                continue
+            # the record keeps the attachment's own id object (equal to the peer's `att`):
+            # what the later look-ups pass, found by identity (LocalRecord.c_pos)
+            att = ls.att
+            if rec.c_pos(att) < 0:
                 rec.c_add(att, L_QUEUED)
                 ls.queue.append(out_tag)
                 # (not one of the HELD: those were in the record)
@@ -1906,11 +1948,11 @@ cdef class EoCore:
         if touched is not None:
             touched.sort()
             for att in touched:
-                self._c_pump(subs_here[att])
+                self._c_pump(self._c_sub_here(att))
         elif first_ls is not None:
             self._c_pump(first_ls)
         elif first is not None:
-            self._c_pump(subs_here[first])
+            self._c_pump(self._c_sub_here(first))
         self._c_check_local_accept(rec)
 
     cdef _c_on_accept(self, bytes out_tag, tuple accepted):
@@ -1944,7 +1986,6 @@ cdef class EoCore:
         cdef LocalSub ls
         cdef int st
         cdef set seen
-        cdef dict subs_here = self._subs
         if rec is None:
             rec = _new_local(out_tag)
             self._locals[out_tag] = rec
@@ -1956,42 +1997,30 @@ cdef class EoCore:
                 self._settled_l.append(rec)
         rec._settled_by = _routers_add(rec._settled_by, sender)
         cdef tuple keys = rec._keys.keys
-        cdef Py_ssize_t i, n = len(keys)
-        cdef LocalSub ls0 = None  # keys[0]'s (a record's one attachment, as a rule)
+        cdef Py_ssize_t i, pos, n = len(keys)
         for i in range(n):
             att = keys[i]
             st = rec._st[i]
             if st == L_SETTLING or st == L_SEEN:
                 continue  # (settled before: nothing to do, no lookup)
-            ls = subs_here[att]
-            if i == 0:
-                ls0 = ls
+            ls = self._c_sub_here(att)
             if st == L_HELD or st == L_DELIVERED or st == L_ACCEPTED or (
                 st == L_QUEUED and out_tag in ls.attach_map
             ):
                 rec._st[i] = L_SETTLING if ls.resumable else L_SEEN
-                self._out.push(OUT_SETTLE_SUBSCRIBER, None, att, out_tag, None, False)
+                # (the record's own out tag, equal to the peer's: the object the subscriber's
+                # delivery is kept under, found by identity in EoSub.deliveries)
+                self._out.push(OUT_SETTLE_SUBSCRIBER, None, att, rec.out_tag, None, False)
             elif st == L_QUEUED:
                 rec._st[i] = L_SEEN  # never sent: nothing to see
         # the subscribers of `targets` here that have seen it: usually one, sent as is
         first = None
         seen = None
         for att in targets:
-            if n == 1 and att is keys[0]:
-                # the record's one attachment (the same object: the view's): its state and
-                # sub without the two lookups
-                ls = ls0 if ls0 is not None else subs_here.get(att)
-                if ls is not None and rec._st[0] == L_SEEN:
-                    if first is None:
-                        first = ls.sub
-                    elif seen is None:
-                        seen = {first, ls.sub}
-                    else:
-                        seen.add(ls.sub)
-                continue
-            ls = subs_here.get(att)
+            ls = self._c_local_sub(att)
             if ls is not None:
-                st = rec.c_state(att)
+                pos = rec.c_pos(ls.att)  # (by identity, as a rule: the record's own object)
+                st = rec._st[pos] if pos >= 0 else -1
                 if st == -1 or st == L_SEEN:
                     if first is None:
                         first = ls.sub
@@ -2063,6 +2092,33 @@ cdef class EoCore:
         self._known_order = (frozenset(order), layout)
         self._known_version = version
         return layout
+
+    cdef LocalSub _c_local_sub(self, att):
+        """self._subs.get(att), the attachment here whose id equals `att`, or None: from
+        `_ls_hint` while `_subs` is unchanged, so with no hash of the tuple."""
+        cdef dict subs = self._subs
+        cdef unsigned long long version = eo_dict_version(subs)
+        cdef size_t h = _addr_slot(<PyObject *>att, LS_HINTS)
+        cdef list hints = self._ls_hint
+        cdef tuple entry
+        cdef Py_ssize_t i
+        if version != self._ls_version:
+            for i in range(LS_HINTS):
+                hints[i] = None
+            self._ls_version = version
+        elif version:  # (0: no version, Python 3.12 on: no hints, the dict itself)
+            entry = _sub_hint_get(hints, h, att)
+            if entry is not None:
+                return <LocalSub>PyTuple_GET_ITEM(entry, 0)
+        ls = subs.get(att)
+        if ls is not None and version:
+            _sub_hint_set(hints, h, att, (ls, None, att))
+        return ls
+
+    cdef LocalSub _c_sub_here(self, att):
+        """self._subs[att] (KeyError if it is not there): through _c_local_sub."""
+        cdef LocalSub ls = self._c_local_sub(att)
+        return ls if ls is not None else self._subs[att]
 
     cdef tuple _c_sub_atts(self, sub, set sub_atts):
         """sorted(sub_atts), the attachments of `sub` in the view's order (view.claims_of):
@@ -2415,16 +2471,19 @@ cdef class EoCore:
         """Deliver the attachment's queue in order, up to the first unfilled placeholder."""
         cdef LocalRecord rec
         cdef int st
+        cdef Py_ssize_t pos
         queue = ls.queue
+        att = ls.att
         while queue:
             out_tag = queue[0]
             rec = self._locals.get(out_tag)
-            st = rec.c_state(ls.att) if rec is not None else -1
+            pos = rec.c_pos(att) if rec is not None else -1
+            st = rec._st[pos] if pos >= 0 else -1
             if st == L_HELD:
                 return
             queue.popleft()
             if rec is not None and rec.body is not None and st == L_QUEUED:
-                rec.c_set(ls.att, L_DELIVERED)
+                rec._st[pos] = L_DELIVERED
                 resume = out_tag in ls.attach_map
                 self._out.push(OUT_DELIVER, None, ls.att, out_tag, rec.body, resume)
 
@@ -2434,9 +2493,9 @@ cdef class EoCore:
             return
         cdef tuple keys = rec._keys.keys
         if len(keys) == 1:
-            subs = ((<LocalSub>self._subs[keys[0]]).sub,)
+            subs = (self._c_sub_here(keys[0]).sub,)
         else:
-            subs = tuple(sorted({(<LocalSub>self._subs[att]).sub for att in keys}))
+            subs = tuple(sorted({self._c_sub_here(att).sub for att in keys}))
         drivers = rec._drivers
         if type(drivers) is set:
             for router in sorted(<set>drivers):
@@ -2691,6 +2750,39 @@ cdef class EoCore:
 
     def _maybe_drop_local(self, LocalRecord rec):
         self._c_maybe_drop_local(rec)
+
+    def _detach_locals(self, att):
+        """A subscriber attachment `att` has gone (TopicRouter.subscriber_detached): take it
+        out of every local record, in the records' order, accepting upstream for those whose
+        other subscribers all accepted and dropping those left with nothing. Every record is
+        looked at (the settled ones too), so it is per-message work: here, not in Python."""
+        cdef LocalRecord rec
+        cdef dict locals_ = self._locals
+        # _c_barrier_passed's answer for the last epoch asked: the barrier, the peers up and
+        # the lacking ones do not change during the walk (what it sends is only queued), and
+        # the tombstones it meets come in runs of one epoch
+        cdef long long memo_epoch = 0
+        cdef bint memo_set = False, memo_passed = False
+        for rec in list(locals_.values()):
+            if rec.c_pop_sub(att) < 0:
+                continue
+            self._c_check_local_accept(rec)
+            # _c_maybe_drop_local(rec), with the memo
+            if locals_.get(rec.out_tag) is not rec:
+                continue
+            if rec.settled:
+                if not self._drop_on_settle:
+                    if not rec.c_all_seen():
+                        continue
+                    if not memo_set or memo_epoch != rec.settled_epoch:
+                        memo_passed = self._c_barrier_passed(rec.settled_epoch)
+                        memo_epoch = rec.settled_epoch
+                        memo_set = True
+                    if not memo_passed:
+                        continue
+                del locals_[rec.out_tag]
+            elif not rec._keys.keys:
+                del locals_[rec.out_tag]
 
     def _settled_index(self):
         """The records `_settled_l` holds from its head (tests: the live ones are exactly

@@ -294,10 +294,7 @@ class TopicRouter(EoCore):
         self._now = now
         ls = self._subs.pop(att, None)
         if ls is not None:
-            for rec in list(self._locals.values()):
-                if rec.pop_sub(att) is not None:
-                    self._check_local_accept(rec)
-                    self._maybe_drop_local(rec)
+            self._detach_locals(att)  # (every local record: in the engine)
             msg = make(
                 "UNSUB",
                 self.topic,

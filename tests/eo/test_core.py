@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from qrouter._fast.eo_core import EoCore, split_writes, stage_writes
-from qrouter.eo import LocalRecord, OriginRecord, SubState, TopicRouter, outgoing_tag
-from tests.eo.test_protocol import Net, P
+from qrouter.eo import LocalRecord, LocalState, OriginRecord, SubState, TopicRouter, outgoing_tag
+from tests.eo.test_protocol import S1, Net, P
 
 # STATE_V2 records written by the pure-Python records.py (before eo_core): a store written by
 # it must read the same, and a record must encode to the same bytes.
@@ -143,3 +143,34 @@ def test_sent_sets_by_attachment_slot_beyond_the_slots_and_after_churn() -> None
         for att in atts:
             net.r["B"].subscriber_detached(att, True, 0.0)
         net.pump()
+
+
+def test_a_peers_attachment_ids_are_taken_by_value_and_hints_end_with_the_attachment() -> None:
+    """A peer's FWD names the attachments here with tuples of its own (the wire decoder's,
+    the same objects message after message): they find the attachment by value, and the
+    look-up kept for the peer's object (EoCore._c_local_sub) ends with the attachment."""
+    net = Net("AB")
+    b = net.r["B"]
+    b1 = b.subscriber_attached(S1, [], 0.0, resumable=False)
+    net.pump()
+    peer_att = tuple(list(b1))  # equal, not the same object
+    assert peer_att == b1 and peer_att is not b1
+
+    def fwd(tag: bytes) -> tuple[object, ...]:
+        return ("FWD", b.topic, outgoing_tag(*P, tag), P, tag, b"m", (peer_att,))
+
+    t1 = outgoing_tag(*P, b"t1")
+    b.receive("A", fwd(b"t1"), 0.0)
+    assert [d[1:3] for d in net.take("deliver")] == [(b1, t1)]
+    assert b.local_records()[t1].subs == {b1: LocalState.DELIVERED}
+    b.subscriber_accepted(peer_att, t1, 0.0)  # an equal id finds the attachment too
+    net.pump()
+    assert b.local_records()[t1].subs == {b1: LocalState.ACCEPTED}
+    b.subscriber_detached(b1, False, 0.0)
+    net.pump()
+    b.receive("A", fwd(b"t2"), 0.0)  # the same peer object: its attachment has gone
+    assert net.take("deliver") == [] and outgoing_tag(*P, b"t2") not in b.local_records()
+    b2 = b.subscriber_attached(S1, [], 0.0, att=b1, resumable=False)  # the id again
+    net.pump()
+    b.receive("A", fwd(b"t3"), 0.0)
+    assert [d[1:3] for d in net.take("deliver")] == [(b2, outgoing_tag(*P, b"t3"))]
