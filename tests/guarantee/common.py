@@ -109,6 +109,17 @@ def topic_rows(url: str) -> list[dict[str, Any]]:
         return c.query("topic")
 
 
+def open_listener(url: str, port: int) -> None:
+    """A listener on `port` (127.0.0.1) opened by management (CREATE listener) on the router
+    at `url`; it accepts when this returns. A router restarted on a port its clients do not
+    know, then given theirs this way, is read before any of them can be back: reading it
+    on their port races their reconnect (they retry every backoff)."""
+    from qrouter_tools.management_client import ConnectOptions, ManagementClient
+
+    with ManagementClient(ConnectOptions(url=url, timeout=5.0)) as c:
+        c.call("CREATE", "listener", name="clients", body={"host": "127.0.0.1", "port": port})
+
+
 async def subscriber_then_publisher(
     url: str, credit: int, **client_opts: Any
 ) -> tuple[Client, Any, Client, Any]:

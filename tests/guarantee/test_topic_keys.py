@@ -18,7 +18,7 @@ from qrouter.eo.keys import LAYOUT_KEY, escape_topic, legacy_moves, topic_prefix
 from qrouter.stores import available, open_store
 from qrouter.stores.termini import fold_log
 from tests.client.conftest import run
-from tests.guarantee.common import topic_rows, wait_until
+from tests.guarantee.common import open_listener, topic_rows, wait_until
 from tests.harness import free_port
 
 TOPICS = ["x", "x/o", "x/k", "x/m"]  # "x/o": eo/x/o/... was read as x's origin records
@@ -157,11 +157,18 @@ def _restart_scenario(router: Any, tmp_path: Path, legacy: bool) -> None:
         r.kill()
         if legacy:
             assert _to_legacy_layout(store_name, tmp_path / "r-store") > 0
+        # restarted on a port the clients do not know, read, then given theirs: the records
+        # are the store's, not resent deliveries (on their port this raced their reconnect)
         r2 = await asyncio.to_thread(
-            router, "r", listeners=[{"port": port}], addresses=ADDRESSES, extra_args=args
+            router, "r", listeners=[{"port": free_port()}], addresses=ADDRESSES, extra_args=args
         )
         rows = await asyncio.to_thread(topic_rows, r2.url)
-        assert {row["name"]: row["origin_records"] for row in rows} == dict.fromkeys(TOPICS, n)
+        recovered = {
+            row["name"]: (row["origin_records"], row["publishers"], row["subscribers"])
+            for row in rows
+        }
+        assert recovered == dict.fromkeys(TOPICS, (n, 0, 0)), rows
+        await asyncio.to_thread(open_listener, r2.url, port)
         for got in held.values():
             for h in got:
                 await h.accept()
