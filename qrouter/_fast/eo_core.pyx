@@ -1216,6 +1216,12 @@ cdef inline EoOut *_out_slot(OutQueue q) except NULL:
     return o
 
 
+cdef inline void _out_hold(PyObject **field, value) noexcept:
+    """An output's field set to `value`, with a reference of its own (every push's)."""
+    Py_INCREF(value)
+    field[0] = <PyObject *>value
+
+
 cdef inline void _out_release(EoOut *o) noexcept:
     Py_XDECREF(o.topic)
     Py_XDECREF(o.a)
@@ -1255,37 +1261,23 @@ cdef class OutQueue:
         cdef EoOut *o = _out_slot(self)
         o.kind = kind
         o.flag = flag
-        Py_INCREF(topic)
-        Py_INCREF(a)
-        Py_INCREF(b)
-        Py_INCREF(c)
-        o.topic = <PyObject *>topic
-        o.a = <PyObject *>a
-        o.b = <PyObject *>b
-        o.c = <PyObject *>c
+        _out_hold(&o.topic, topic)
+        _out_hold(&o.a, a)
+        _out_hold(&o.b, b)
+        _out_hold(&o.c, c)
         if kind == OUT_PORT:
             self.n_port += 1
         return 0
 
     cdef int push_record(self, int op, topic, router, t, x, tag, body, targets) except -1:
         """An OUT_RECORD (eo_core.pxd): its fields as they are now, no tuple made."""
-        cdef EoOut *o = _out_slot(self)
-        o.kind = OUT_RECORD
+        cdef EoOut *o
+        self.push(OUT_RECORD, topic, router, t, x, False)
+        o = &self.items[self.n - 1]
         o.op = op
-        Py_INCREF(topic)
-        Py_INCREF(router)
-        Py_INCREF(t)
-        Py_INCREF(x)
-        Py_INCREF(tag)
-        Py_INCREF(body)
-        Py_INCREF(targets)
-        o.topic = <PyObject *>topic
-        o.a = <PyObject *>router
-        o.b = <PyObject *>t
-        o.c = <PyObject *>x
-        o.d = <PyObject *>tag
-        o.e = <PyObject *>body
-        o.f = <PyObject *>targets
+        _out_hold(&o.d, tag)
+        _out_hold(&o.e, body)
+        _out_hold(&o.f, targets)
         return 0
 
     cdef int push_copy(self, EoOut *o) except -1:
