@@ -335,8 +335,8 @@ class ManagementNode:
         if self.replies.over(link.conn.conn_id):
             self.replies.refused += 1
             description = (
-                f"management replies waiting for this connection limit {self.replies.limit} "
-                "reached; read the replies"
+                f"management replies waiting for this connection limit ({self.replies.limit} "
+                f"replies or {self.replies.backlog} octets unwritten) reached; read the replies"
             )
             delivery.update(0x25, error_value("amqp:resource-limit-exceeded", description))
             return

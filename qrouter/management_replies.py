@@ -5,9 +5,16 @@ The router sends each reply presettled to the request's reply-to address (qroute
 its reply link, or a socket it does not read, so backpressure holds the replies in the router)
 would otherwise make the router keep every reply. Per requesting connection, the replies
 waiting in the router for the reply addresses it named are counted (the engine's
-``Address.waiting_count``); at ``limit`` the node stops renewing the requester's credit on its
-``$management`` link and REJECTs requests that still arrive with
+``Address.waiting_count``), and so are the octets not yet written on the connections of those
+addresses' consumers (``Address.consumer_backlog``: replies already routed wait there until the
+socket takes them). At ``limit`` replies, or ``backlog`` octets, the node stops renewing the
+requester's credit on its ``$management`` link and REJECTs requests that still arrive with
 ``amqp:resource-limit-exceeded`` (3.4.3). Credit is renewed once the replies drain.
+
+The octets are counted because the transport's pause (backpressure.pxi) alone does not bound
+the replies: its high-water mark is the operator's (``write_buffer_high``, which may be set far
+above what replies should hold), and the engine's output grows for a whole loop iteration
+before the transport sees it.
 
 Called once per request, never per message on the forwarding path.
 """
@@ -18,16 +25,24 @@ import asyncio
 from typing import Any
 
 MAX_WAITING_REPLIES = 100  # replies held for one requesting connection
+MAX_REPLY_BACKLOG = 1 << 20  # octets unwritten on a connection its replies go to
 RESUME_CHECK = 0.5  # seconds between checks of a link whose credit was withheld
 _LINK_ATTACHED = 1
 _SWEEP_EVERY = 1000  # requests between sweeps of connections with nothing waiting
 
 
 class ReplyBound:
-    def __init__(self, engine: Any, credit: int, limit: int = MAX_WAITING_REPLIES) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        credit: int,
+        limit: int = MAX_WAITING_REPLIES,
+        backlog: int = MAX_REPLY_BACKLOG,
+    ) -> None:
         self.engine = engine
         self.credit = credit  # what a $management link is topped up to
         self.limit = limit
+        self.backlog = backlog
         self.refused = 0  # requests REJECTed at the bound
         # conn id -> reply addresses that had replies waiting; each holds at least one, so
         # a set never grows much past `limit`
@@ -35,27 +50,38 @@ class ReplyBound:
         self._withheld: set[int] = set()  # id() of links waiting for their credit
         self._count = 0
 
-    def _held(self, address: str) -> int:
+    def _load(self, address: str) -> tuple[int, int]:
+        """Replies waiting at `address`, and the largest write backlog (octets) of its
+        consumers' connections."""
         a = self.engine.address(address)
-        return int(a.waiting_count) if a is not None else 0
+        if a is None:
+            return 0, 0
+        return int(a.waiting_count), int(a.consumer_backlog)
 
-    def waiting(self, conn_id: int) -> int:
-        """Replies held in the router for the reply addresses `conn_id` named."""
+    def _measure(self, conn_id: int) -> tuple[int, int]:
+        """(replies waiting at the reply addresses `conn_id` named, the largest write backlog
+        of their consumers' connections); forgets the addresses that hold nothing."""
         targets = self._targets.get(conn_id)
         if not targets:
-            return 0
-        total = 0
+            return 0, 0
+        total = backlog = 0
         for address in list(targets):
-            n = self._held(address)
-            if n == 0:
+            n, b = self._load(address)
+            if n == 0 and b < self.backlog:
                 targets.discard(address)
             total += n
+            backlog = max(backlog, b)
         if not targets:
             del self._targets[conn_id]
-        return total
+        return total, backlog
 
     def over(self, conn_id: int) -> bool:
-        return self.waiting(conn_id) >= self.limit
+        """Whether `conn_id` is at its bound: `limit` replies waiting, or a connection its
+        replies go to has `backlog` octets not yet written (replies already routed to it sit
+        in its output until the socket takes them; the transport's pause is not relied on:
+        its high-water mark is the operator's, and one loop iteration may route many)."""
+        waiting, backlog = self._measure(conn_id)
+        return waiting >= self.limit or backlog >= self.backlog
 
     def sent(self, conn_id: int, reply_to: str) -> None:
         """A reply for `conn_id`'s request goes (or will go) to `reply_to`."""
@@ -63,7 +89,7 @@ class ReplyBound:
         self._count += 1
         if self._count % _SWEEP_EVERY == 0:  # connections gone, replies read
             for cid in list(self._targets):
-                self.waiting(cid)
+                self._measure(cid)
 
     def may_renew(self, link: Any) -> bool:
         """Whether the $management `link` may get more credit now; if not, it gets it later,

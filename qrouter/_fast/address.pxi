@@ -51,6 +51,18 @@ cdef class Address:
             total += len(c.pending)
         return total
 
+    @property
+    def consumer_backlog(self):
+        """The largest write backlog (Connection.write_backlog) among the connections of this
+        address's consumers: what would still reach them is held there. Control plane only."""
+        cdef Link c
+        cdef Py_ssize_t most = 0, b
+        for c in self.consumers:
+            b = c.conn.write_backlog
+            if b > most:
+                most = b
+        return most
+
     cdef int64_t capacity(self):
         """Deliveries the consumers will take now: the sum of their credit for anycast (less
         what already waits), the smallest for multicast (every copy needs credit)."""

@@ -303,6 +303,13 @@ cdef class Connection:
         conn_resume(self)
 
     @property
+    def write_backlog(self):
+        """Octets written for the peer and not yet on the wire: the engine's output of this
+        loop iteration plus the transport's buffer. Control plane only."""
+        size = getattr(self.transport, "get_write_buffer_size", None)
+        return self.out.length + (size() if size is not None else 0)
+
+    @property
     def session_count(self):
         return len(self.sessions)
 

@@ -143,3 +143,36 @@ def test_replies_to_a_requester_that_never_reads_are_bounded(router: Any, blocki
     assert answer.properties["statusCode"] == 200
     assert answer.body["management_replies_refused"] == refused
     sock.close()
+
+
+def test_replies_are_bounded_when_the_transport_never_pauses(router: Any) -> None:
+    """The bound does not rest on the transport's pause alone: with a write buffer limit
+    no flood reaches (512 MiB), replies waiting in the router's own output or the
+    transport's buffer for the reply consumer's connection still stop the requester's
+    credit. (A clean-clone CI once saw all 20,000 requests answered and +254 MiB before the
+    transport paused.)"""
+    mport = free_port()
+    r = router(
+        extra_args=["--metrics", f"127.0.0.1:{mport}", "--write-buffer-high", str(512 << 20)]
+    )
+    retry(lambda: scrape(mport), timeout=10, message="/metrics never answered")
+    before = rss_kib(r.pid)
+    sock = socket.create_connection((HOST, r.port), timeout=10)  # open until the end
+    sent = _flood(sock, "replies-unpaused")
+    seen: list[float] = []
+
+    def settled_down() -> bool:
+        seen.append(value(scrape(mport), "qrouter_management_requests_total"))
+        return len(seen) >= 3 and seen[-1] == seen[-3]
+
+    retry(settled_down, timeout=60, delay=0.5, message="requests kept arriving")
+    after = rss_kib(r.pid)
+    handled = value(scrape(mport), "qrouter_management_requests_total")
+    print(
+        f"\n{sent} requests sent, {handled:.0f} reached the node; "
+        f"VmRSS {before / 1024:.1f} -> {after / 1024:.1f} MiB (+{(after - before) / 1024:.1f})"
+    )
+    assert handled < REQUESTS, "every request was answered: no bound"
+    assert after - before <= RSS_BOUND_KIB, f"the router grew by {(after - before) / 1024:.1f} MiB"
+    r.check_running()
+    sock.close()
