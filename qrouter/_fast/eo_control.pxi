@@ -142,7 +142,7 @@ cdef class EoControl(EoEntry):
         r.pos = at
         r.end = at + length
         try:
-            value = _eow_unpack(&r, 0)
+            value = _eow_unpack(&r, 0, None)
         except DecodeError:
             return None  # Mesh.on_message drops and counts it (receive_batch)
         if r.pos != r.end or type(value) is not list:

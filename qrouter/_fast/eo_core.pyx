@@ -1340,9 +1340,10 @@ cdef class OutQueue:
         """Stage `apply(*args)`, to run after the commit."""
         self.push(OUT_CALL, None, apply, args, None, False)
 
-    def record(self, router, tuple message):
+    def record(self, router, tuple message, bint compact=False):
         """Stage the record `message` (a FWD, ACCEPT, SETTLE or SEEN tuple) to `router` as its
-        fields, as a core does for a router that takes records (tests)."""
+        fields, as a core does for a router that takes records (compact: that reads compact
+        records) (tests)."""
         cdef int op = _REC_NAMES.index(message[0])
         if op == REC_FWD:
             _, topic, t, pub, tag, body, targets = message
@@ -1350,6 +1351,7 @@ cdef class OutQueue:
         else:
             _, topic, t, x = message
             self.push_record(op, topic, router, t, x, None, None, None)
+        self.items[self.n - 1].flag = compact
 
     def entries(self):
         """[(name, topic, args)] in order (the port's names; "port" / "call" for the rest)."""
@@ -1570,6 +1572,7 @@ cdef class EoCore:
     cdef public set _up
     cdef public set _lacking
     cdef public set _records_ok  # peers that read records; the others get maps (protocol.py)
+    cdef public set _compact_ok  # of those, the peers that read compact records (eo_wire.pxi)
     cdef public dict _barrier
     cdef public long long _epoch
     cdef OutQueue _own  # our own messages, in order (_c_to_router, _c_flush)
@@ -2386,6 +2389,8 @@ cdef class EoCore:
         if router in self._up:
             if router in self._records_ok:
                 self._out.push_record(op, self.topic, router, t, x, tag, body, targets)
+                if router in self._compact_ok:  # (the flag: written as a compact record)
+                    self._out.items[self._out.n - 1].flag = True
             else:
                 o.op = op
                 o.topic = <PyObject *>self.topic

@@ -24,6 +24,20 @@
 #        decoded straight into the tuple: no map, no field names. A record that does not
 #        parse (an unknown op code: a newer router's) decodes as None, which the receiver
 #        drops and counts; the rest of the envelope is unaffected (its length frames it).
+#   0x0A compact record: the same four records, smaller (ACCEPT ~96 -> ~25 octets), sent only
+#        to a router whose SUBS said `compact` (qrouter/eo/protocol.py; the others get 0x09):
+#        v L (v = unsigned LEB128 varint), then L octets: a flags octet, then the fields:
+#          s = v length + UTF-8; b = v length + octets; i = zigzag varint
+#          att = s i i; sub = s s; a list = v count, then its items
+#        flags: 0x07 the op code (as 0x09's), 0x08 topic, 0x10 t, 0x20 x, 0x40 targets: a
+#        field whose bit is set is not written, it is the same as that of the previous compact
+#        record of the same list ("ms": an envelope's messages), where x is the publisher
+#        (FWD), the targets (SETTLE) or the subscribers (ACCEPT, SEEN) and SETTLE's targets
+#        and FWD's are one field. 0x80 is reserved.
+#          FWD:    topic, t, pub sub, tag b, body b, targets att list
+#          SETTLE: topic, t, att list         ACCEPT / SEEN: topic, t, sub list
+#        A compact record that does not parse decodes as None, like 0x09's, and so does every
+#        later one of its list that refers back (the fields it would refer to are unknown).
 # u32 is big-endian. The bytes come from another router, so decoding is bounded: a count
 # cannot exceed the octets left (every value takes at least one), nesting stops at
 # EO_MAX_DEPTH, and anything else malformed raises DecodeError.
@@ -31,6 +45,7 @@
 from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memmove
 from qrouter._fast.eo_core cimport (  # a record's op codes (below) are the core's record ops
     EoOut,
     REC_ACCEPT as EOR_ACCEPT,
@@ -55,7 +70,14 @@ cdef enum:
     EOW_MAP = 7
     EOW_WORD = 8
     EOW_REC = 9
+    EOW_CREC = 10
     EO_MAX_DEPTH = 16
+    EOK_OP = 0x07           # a compact record's flags (the top)
+    EOK_TOPIC = 0x08
+    EOK_T = 0x10
+    EOK_X = 0x20
+    EOK_TARGETS = 0x40
+    EOK_RESERVED = 0x80
 
 # Append only: the index of a word is its encoding (a router reads what older ones wrote).
 EO_WORDS = (
@@ -167,18 +189,23 @@ cdef int _eor_subs(Writer w, object v) except -1:
 # (the origin record's publisher; the driver's groups, eo_core's _c_grouped): each one
 # packed lately is kept with its octets (direct-mapped by address; the tuple is held, so
 # an address names one object while kept, and tuples of str and int cannot change), and
-# packed again by copying them. Pairs and targets are kept apart (a tuple kept as one is
-# refused as the other, as before). Bounded: EOR_HELD slots of each.
+# packed again by copying them. Pairs and targets, and their compact forms, are kept apart
+# (a tuple kept as one kind is refused as another). Bounded: EOR_HELD slots of each kind.
 cdef enum:
     EOR_HELD = 16           # a power of two
-cdef list _eor_held_obj = [None] * (2 * EOR_HELD)
-cdef list _eor_held_raw = [None] * (2 * EOR_HELD)
+    EOH_PAIR = 0            # the kinds of octets kept
+    EOH_ATTS = 1
+    EOH_CPAIR = 2
+    EOH_CATTS = 3
+cdef list _eor_held_obj = [None] * (4 * EOR_HELD)
+cdef list _eor_held_raw = [None] * (4 * EOR_HELD)
 
 
-cdef int _eor_held_pack(Writer w, object v, bint atts) except -1:
-    """_eor_atts (atts) or _eor_pair of `v`, from the octets kept for it if any."""
+cdef int _eor_held_pack(Writer w, object v, int kind) except -1:
+    """`v` packed as `kind` (_eor_pair, _eor_atts or their compact forms), from the octets
+    kept for it if any."""
     cdef Py_ssize_t slot = ((<Py_ssize_t><PyObject*>v >> 4) & (EOR_HELD - 1)) + \
-        (EOR_HELD if atts else 0)
+        kind * EOR_HELD
     cdef Py_ssize_t start = w.length, n
     if _eor_held_obj[slot] is v:
         raw = _eor_held_raw[slot]
@@ -188,10 +215,14 @@ cdef int _eor_held_pack(Writer w, object v, bint atts) except -1:
         memcpy(w.data + w.length, PyBytes_AS_STRING(raw), n)
         w.length += n
         return 0
-    if atts:
-        _eor_atts(w, v)
-    else:
+    if kind == EOH_PAIR:
         _eor_pair(w, v)
+    elif kind == EOH_ATTS:
+        _eor_atts(w, v)
+    elif kind == EOH_CPAIR:
+        _eok_pair(w, v)
+    else:
+        _eok_atts(w, v)
     _eor_held_raw[slot] = PyBytes_FromStringAndSize(<const char*>(w.data + start),
                                                     w.length - start)
     _eor_held_obj[slot] = v
@@ -220,12 +251,12 @@ cdef int _eor_fields(Writer w, int code, topic, t, x, tag, body, targets) except
     _eor_str(w, topic)
     _eor_bytes(w, t)
     if code == EOR_FWD:
-        _eor_held_pack(w, x, False)
+        _eor_held_pack(w, x, EOH_PAIR)
         _eor_bytes(w, tag)
         _eor_bytes(w, body)
-        _eor_held_pack(w, targets, True)
+        _eor_held_pack(w, targets, EOH_ATTS)
     elif code == EOR_SETTLE:
-        _eor_held_pack(w, x, True)
+        _eor_held_pack(w, x, EOH_ATTS)
     else:
         _eor_subs(w, x)
     if w.length - start - 4 > 0xFFFFFFFF:
@@ -264,6 +295,8 @@ cdef class EoRun:
     Only ever an item of such a list."""
     cdef Writer w
     cdef Py_ssize_t n
+    # the fields of its last compact record (_eok_fields), which the next one may share
+    cdef object c_topic, c_t, c_pub, c_atts, c_subs
 
     def __cinit__(self):
         self.w = _eor_take_writer()
@@ -273,6 +306,165 @@ cdef class EoRun:
 
     def __len__(self):
         return self.n
+
+
+# The compact records (0x0A at the top): varints for lengths, counts and integers, and the
+# fields a record shares with the previous one of its run not written at all. Most of an
+# ACCEPT or SEEN is its subscriber's names, of a SETTLE its targets, and the records of one
+# envelope are mostly for one topic and a few subscribers or targets: written once a run.
+cdef inline int _eok_varint(Writer w, uint64_t v) except -1:
+    cdef uint8_t* q
+    if w.length + 10 > w.capacity:
+        w.grow(10)
+    q = w.data + w.length
+    while v >= 0x80:
+        q[0] = <uint8_t>(v | 0x80)
+        v >>= 7
+        q += 1
+    q[0] = <uint8_t>v
+    w.length = q + 1 - w.data
+    return 0
+
+
+cdef inline int _eok_lp(Writer w, const char* p, Py_ssize_t n) except -1:
+    """v length n, then the n octets at p."""
+    _eok_varint(w, <uint64_t>n)
+    if w.length + n > w.capacity:
+        w.grow(n)
+    memcpy(w.data + w.length, p, n)
+    w.length += n
+    return 0
+
+
+cdef int _eok_str(Writer w, object v) except -1:
+    cdef Py_ssize_t n
+    cdef const char* p
+    if type(v) is not str:
+        raise ValueError("eo_pack: a record field is not a str")
+    p = PyUnicode_AsUTF8AndSize(v, &n)
+    return _eok_lp(w, p, n)
+
+
+cdef int _eok_bytes(Writer w, object v) except -1:
+    if type(v) is not bytes:
+        raise ValueError("eo_pack: a record field is not bytes")
+    return _eok_lp(w, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))
+
+
+cdef int _eok_int(Writer w, object v) except -1:
+    cdef int64_t x
+    if type(v) is not int:
+        raise ValueError("eo_pack: a record field is not an int")
+    try:
+        x = v
+    except OverflowError:
+        raise ValueError("eo_pack: integer out of range") from None
+    return _eok_varint(w, (<uint64_t>x << 1) ^ <uint64_t>(x >> 63))  # zigzag
+
+
+cdef int _eok_pair(Writer w, object v) except -1:
+    if type(v) is not tuple or len(<tuple>v) != 2:
+        raise ValueError("eo_pack: a subscriber is not a pair")
+    _eok_str(w, (<tuple>v)[0])
+    _eok_str(w, (<tuple>v)[1])
+    return 0
+
+
+cdef int _eok_atts(Writer w, object v) except -1:
+    if type(v) is not tuple:
+        raise ValueError("eo_pack: record targets are not a tuple")
+    _eok_varint(w, len(<tuple>v))
+    for a in <tuple>v:
+        if type(a) is not tuple or len(<tuple>a) != 3:
+            raise ValueError("eo_pack: an attachment is not a triple")
+        _eok_str(w, (<tuple>a)[0])
+        _eok_int(w, (<tuple>a)[1])
+        _eok_int(w, (<tuple>a)[2])
+    return 0
+
+
+cdef int _eok_subs(Writer w, object v) except -1:
+    if type(v) is not tuple:
+        raise ValueError("eo_pack: record subscribers are not a tuple")
+    _eok_varint(w, len(<tuple>v))
+    for sub in <tuple>v:
+        _eok_pair(w, sub)
+    return 0
+
+
+cdef inline bint _eok_same(object prev, object v):
+    """`v` is the previous record's field (then it packs to the same octets: the previous one
+    was checked when written, and only values of the same type compare equal here)."""
+    return prev is v or (prev is not None and type(prev) is type(v) and prev == v)
+
+
+cdef int _eok_fields(Writer w, EoRun run, int code, topic, t, x, tag, body,
+                     targets) except -1:
+    """A per-message record as a compact record (the top), into `run`'s writer `w`; the run
+    remembers its fields for the next one (only once it is whole: a record that fails leaves
+    the run as it was, and the caller cuts its octets)."""
+    cdef Py_ssize_t start, n, k
+    cdef int flags = code
+    cdef uint8_t* q
+    if w.length + 3 > w.capacity:
+        w.grow(3)
+    w.data[w.length] = EOW_CREC
+    start = w.length + 1  # the length: one octet, moved on below if it takes more
+    w.length += 3
+    if _eok_same(run.c_topic, topic):
+        flags |= EOK_TOPIC
+    else:
+        _eok_str(w, topic)
+    if _eok_same(run.c_t, t):
+        flags |= EOK_T
+    else:
+        _eok_bytes(w, t)
+    if code == EOR_FWD:
+        if _eok_same(run.c_pub, x):
+            flags |= EOK_X
+        else:
+            _eor_held_pack(w, x, EOH_CPAIR)
+        _eok_bytes(w, tag)
+        _eok_bytes(w, body)
+        if _eok_same(run.c_atts, targets):
+            flags |= EOK_TARGETS
+        else:
+            _eor_held_pack(w, targets, EOH_CATTS)
+    elif code == EOR_SETTLE:
+        if _eok_same(run.c_atts, x):
+            flags |= EOK_X
+        else:
+            _eor_held_pack(w, x, EOH_CATTS)
+    elif _eok_same(run.c_subs, x):
+        flags |= EOK_X
+    else:
+        _eok_subs(w, x)
+    w.data[start + 1] = <uint8_t>flags
+    n = w.length - start - 1  # the flags and the fields
+    if n >= 0x80:
+        k = 1
+        while (n >> (7 * k)) != 0:
+            k += 1
+        if w.length + k - 1 > w.capacity:
+            w.grow(k - 1)
+        memmove(w.data + start + k, w.data + start + 1, n)
+        w.length += k - 1
+    q = w.data + start
+    while n >= 0x80:
+        q[0] = <uint8_t>(n | 0x80)
+        n >>= 7
+        q += 1
+    q[0] = <uint8_t>n
+    run.c_topic = topic
+    run.c_t = t
+    if code == EOR_FWD:
+        run.c_pub = x
+        run.c_atts = targets
+    elif code == EOR_SETTLE:
+        run.c_atts = x
+    else:
+        run.c_subs = x
+    return 0
 
 
 cdef int eo_send_record(RouterOutbox outbox, EoOut *o) except -1:
@@ -294,8 +486,12 @@ cdef int eo_send_record(RouterOutbox outbox, EoOut *o) except -1:
         outbox.c_send(router, run)
     start = run.w.length
     try:
-        _eor_fields(run.w, o.op, <object>o.topic, <object>o.b, <object>o.c, <object>o.d,
-                    <object>o.e, <object>o.f)
+        if o.flag:  # a router that reads compact records (_c_record_to_peer)
+            _eok_fields(run.w, run, o.op, <object>o.topic, <object>o.b, <object>o.c,
+                        <object>o.d, <object>o.e, <object>o.f)
+        else:
+            _eor_fields(run.w, o.op, <object>o.topic, <object>o.b, <object>o.c, <object>o.d,
+                        <object>o.e, <object>o.f)
     except BaseException:
         run.w.length = start  # (a field of the wrong type: the run keeps whole records)
         raise
@@ -523,8 +719,11 @@ cdef enum:
     EOS_PUB = 0             # the kinds of span
     EOS_ATTS = 1
     EOS_SUBS = 2
-cdef list _eo_span_raw = [None] * (3 * EO_SPANS)   # slot -> the octets (bytes)
-cdef list _eo_span_val = [None] * (3 * EO_SPANS)   # slot -> the tuple decoded from them
+    EOS_CPUB = 3            # (a compact record's: other octets for the same values)
+    EOS_CATTS = 4
+    EOS_CSUBS = 5
+cdef list _eo_span_raw = [None] * (6 * EO_SPANS)   # slot -> the octets (bytes)
+cdef list _eo_span_val = [None] * (6 * EO_SPANS)   # slot -> the tuple decoded from them
 
 
 cdef Py_ssize_t _eo_span_slot(const uint8_t* q, Py_ssize_t n, int kind) noexcept:
@@ -565,8 +764,8 @@ cdef tuple _eor_pub_of(EowReader* r):
 
 
 cdef tuple _eor_rest_of(EowReader* r, int kind):
-    """A record's last field, the rest of it: its targets (EOS_ATTS) or subscribers
-    (EOS_SUBS); the reader ends at the record's end, or DecodeError."""
+    """A record's last field, the rest of it: its targets (EOS_ATTS, EOS_CATTS) or
+    subscribers (EOS_SUBS, EOS_CSUBS); the reader ends at the record's end, or DecodeError."""
     cdef Py_ssize_t start = r.pos, n = r.end - r.pos, slot = -1
     cdef tuple value
     if n <= EO_SPAN_MAX:
@@ -575,7 +774,14 @@ cdef tuple _eor_rest_of(EowReader* r, int kind):
         if known is not None:
             r.pos = r.end
             return <tuple>known
-    value = _eor_atts_of(r) if kind == EOS_ATTS else _eor_subs_of(r)
+    if kind == EOS_ATTS:
+        value = _eor_atts_of(r)
+    elif kind == EOS_SUBS:
+        value = _eor_subs_of(r)
+    elif kind == EOS_CATTS:
+        value = _eok_atts_of(r)
+    else:
+        value = _eok_subs_of(r)
     if r.pos != r.end:
         raise DecodeError("eo: trailing octets in a record")
     if slot >= 0:
@@ -621,7 +827,174 @@ cdef object _eor_unpack(EowReader* outer):
         return None
 
 
-cdef object _eow_unpack(EowReader* r, int depth):
+# The compact records (0x0A at the top), read. A router started with QROUTER_EO_COMPACT=0
+# neither says in its SUBS that it reads them (qrouter/eo/protocol.py) nor reads them: it
+# takes 0x0A as an unknown type, as a router before them does (the batch is dropped), so a
+# test can run a mesh with such a router (tests/guarantee/test_mesh.py).
+cdef bint _eok_reads = __import__("os").environ.get("QROUTER_EO_COMPACT", "1") != "0"
+
+
+@cython.final
+cdef class _EokCtx:
+    """The fields of the last compact record read in a list, which the next may share."""
+    cdef object topic, t, pub, atts, subs
+
+
+cdef inline uint64_t _eok_varint_of(EowReader* r) except? 0xFFFFFFFFFFFFFFFF:
+    cdef uint64_t v = 0, b
+    cdef int shift = 0
+    while True:
+        if r.pos >= r.end:
+            raise DecodeError("eo: truncated")
+        b = r.p[r.pos]
+        r.pos += 1
+        if shift == 63 and b > 1:
+            raise DecodeError("eo: varint out of range")
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v
+        shift += 7
+
+
+cdef inline Py_ssize_t _eok_len_of(EowReader* r) except -1:
+    """A length (v) of octets that follow: DecodeError if they are not all there."""
+    cdef uint64_t n = _eok_varint_of(r)
+    if n > <uint64_t>(r.end - r.pos):
+        raise DecodeError("eo: truncated record")
+    return <Py_ssize_t>n
+
+
+cdef object _eok_str_of(EowReader* r):
+    cdef Py_ssize_t n = _eok_len_of(r)
+    r.pos += n
+    return _eo_str(r.p + r.pos - n, <uint32_t>n)
+
+
+cdef bytes _eok_bytes_of(EowReader* r):
+    cdef Py_ssize_t n = _eok_len_of(r)
+    r.pos += n
+    return PyBytes_FromStringAndSize(<const char*>(r.p + r.pos - n), n)
+
+
+cdef int64_t _eok_int_of(EowReader* r) except? -1:
+    cdef uint64_t u = _eok_varint_of(r)
+    return <int64_t>((u >> 1) ^ (0 - (u & 1)))  # zigzag
+
+
+cdef tuple _eok_atts_of(EowReader* r):
+    cdef uint64_t n = _eok_varint_of(r)
+    cdef Py_ssize_t i
+    if n > <uint64_t>((r.end - r.pos) // 3):  # an attachment takes at least 3 octets
+        raise DecodeError("eo: count larger than the record")
+    out = PyTuple_New(<Py_ssize_t>n)
+    for i in range(<Py_ssize_t>n):
+        a = (_eok_str_of(r), _eok_int_of(r), _eok_int_of(r))
+        Py_INCREF(a)
+        PyTuple_SET_ITEM(out, i, a)
+    return <tuple>out
+
+
+cdef tuple _eok_subs_of(EowReader* r):
+    cdef uint64_t n = _eok_varint_of(r)
+    cdef Py_ssize_t i
+    if n > <uint64_t>((r.end - r.pos) // 2):  # a subscriber takes at least 2 octets
+        raise DecodeError("eo: count larger than the record")
+    out = PyTuple_New(<Py_ssize_t>n)
+    for i in range(<Py_ssize_t>n):
+        sub = (_eok_str_of(r), _eok_str_of(r))
+        Py_INCREF(sub)
+        PyTuple_SET_ITEM(out, i, sub)
+    return <tuple>out
+
+
+cdef tuple _eok_pub_of(EowReader* r):
+    """A publisher (container, link): two strs, kept like _eor_pub_of's."""
+    cdef Py_ssize_t start = r.pos, n, slot = -1
+    r.pos += _eok_len_of(r)
+    r.pos += _eok_len_of(r)
+    n = r.pos - start
+    r.pos = start
+    if n <= EO_SPAN_MAX:
+        slot = _eo_span_slot(r.p + start, n, EOS_CPUB)
+        known = _eo_span_known(slot, r.p + start, n)
+        if known is not None:
+            r.pos = start + n
+            return <tuple>known
+    pub = (_eok_str_of(r), _eok_str_of(r))
+    if slot >= 0:
+        _eo_span_raw[slot] = PyBytes_FromStringAndSize(<const char*>(r.p + start), n)
+        _eo_span_val[slot] = pub
+    return pub
+
+
+cdef inline object _eok_prev(object v):
+    if v is None:
+        raise DecodeError("eo: a compact record refers to no record")
+    return v
+
+
+cdef object _eok_unpack(EowReader* outer, _EokCtx ctx):
+    """A compact record at outer's position (past its type): its tuple, or None if it does
+    not parse (then the fields of `ctx` are forgotten: a later record that refers to them
+    is None too); the outer reader moves past it either way."""
+    cdef uint64_t n = _eok_varint_of(outer)
+    cdef EowReader r
+    cdef int flags, code
+    if n > <uint64_t>(outer.end - outer.pos):
+        raise DecodeError("eo: truncated")
+    r.p = outer.p
+    r.pos = outer.pos
+    r.end = outer.pos + <Py_ssize_t>n
+    outer.pos = r.end
+    if ctx is None:  # (not in a list: nothing to refer to)
+        ctx = _EokCtx.__new__(_EokCtx)
+    pub = x = targets = None
+    try:
+        _eor_need(&r, 1)
+        flags = r.p[r.pos]
+        r.pos += 1
+        code = flags & EOK_OP
+        if flags & EOK_RESERVED or code < EOR_FWD or code > EOR_SEEN:
+            return None  # a newer router's: dropped (and counted) by the receiver
+        if code != EOR_FWD and flags & EOK_TARGETS:
+            raise DecodeError("eo: a FWD's flag on another record")
+        op = _EOR_OPS[code]
+        topic = _eok_prev(ctx.topic) if flags & EOK_TOPIC else _eok_str_of(&r)
+        t = _eok_prev(ctx.t) if flags & EOK_T else _eok_bytes_of(&r)
+        if code == EOR_FWD:
+            pub = _eok_prev(ctx.pub) if flags & EOK_X else _eok_pub_of(&r)
+            tag = _eok_bytes_of(&r)
+            body = _eok_bytes_of(&r)
+            if flags & EOK_TARGETS:
+                targets = _eok_prev(ctx.atts)
+            else:
+                targets = _eor_rest_of(&r, EOS_CATTS)
+            value = (op, topic, t, pub, tag, body, targets)
+        else:
+            if flags & EOK_X:
+                x = _eok_prev(ctx.atts if code == EOR_SETTLE else ctx.subs)
+            else:
+                x = _eor_rest_of(&r, EOS_CATTS if code == EOR_SETTLE else EOS_CSUBS)
+            value = (op, topic, t, x)
+        if r.pos != r.end:
+            raise DecodeError("eo: trailing octets in a record")
+    except DecodeError:
+        ctx.topic = ctx.t = ctx.pub = ctx.atts = ctx.subs = None
+        return None
+    ctx.topic = topic
+    ctx.t = t
+    if code == EOR_FWD:
+        ctx.pub = pub
+        ctx.atts = targets
+    elif code == EOR_SETTLE:
+        ctx.atts = x
+    else:
+        ctx.subs = x
+    return value
+
+
+cdef object _eow_unpack(EowReader* r, int depth, _EokCtx ctx):
+    """The value at r's position; `ctx` the compact records' context of the list it is in."""
     cdef uint8_t kind
     cdef uint32_t n, i
     cdef uint64_t u
@@ -669,13 +1042,16 @@ cdef object _eow_unpack(EowReader* r, int depth):
         return _EO_WORDS[i]
     if kind == EOW_REC:
         return _eor_unpack(r)
+    if kind == EOW_CREC and _eok_reads:
+        return _eok_unpack(r, ctx)
     if kind == EOW_LIST:
         n = _eow_read_u32(r)
         if <Py_ssize_t>n > r.end - r.pos:
             raise DecodeError("eo: count larger than the data")
         items = []
+        ctx = _EokCtx.__new__(_EokCtx)  # (the list's own: its records refer to each other)
         for i in range(n):
-            items.append(_eow_unpack(r, depth + 1))
+            items.append(_eow_unpack(r, depth + 1, ctx))
         return items
     if kind == EOW_MAP:
         n = _eow_read_u32(r)
@@ -685,8 +1061,8 @@ cdef object _eow_unpack(EowReader* r, int depth):
         for i in range(n):
             if r.pos >= r.end or (r.p[r.pos] != EOW_STR and r.p[r.pos] != EOW_WORD):
                 raise DecodeError("eo: a map key is not a string")
-            key = _eow_unpack(r, depth + 1)
-            m[key] = _eow_unpack(r, depth + 1)
+            key = _eow_unpack(r, depth + 1, None)
+            m[key] = _eow_unpack(r, depth + 1, None)
         return m
     raise DecodeError(f"eo: unknown type {kind:#04x}")
 
@@ -697,7 +1073,7 @@ def eo_unpack(bytes data):
     r.p = <const uint8_t*>PyBytes_AS_STRING(data)
     r.pos = 0
     r.end = PyBytes_GET_SIZE(data)
-    value = _eow_unpack(&r, 0)
+    value = _eow_unpack(&r, 0, None)
     if r.pos != r.end:
         raise DecodeError("eo: trailing bytes")
     return value

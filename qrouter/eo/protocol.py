@@ -33,6 +33,7 @@ Safety rests on three rules (argued in docs/exactly-once.md, "Why no duplicates"
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -146,6 +147,11 @@ class TopicRouter(EoCore):
         # peers that read the per-message records (their SUBS said so): the others, routers
         # before the records, get FWD / ACCEPT / SETTLE / SEEN as maps (docs: "Messages")
         self._records_ok: set[str] = set()
+        # of those, the peers that read them in the compact form (their SUBS said `compact`;
+        # qrouter/_fast/eo_wire.pxi). QROUTER_EO_COMPACT=0 (tests: a router of the version
+        # before, in a mesh of this one) neither says it nor sends it.
+        self._compact = os.environ.get("QROUTER_EO_COMPACT", "1") != "0"
+        self._compact_ok: set[str] = set()
         self._closed_since: dict[Sub, float] = {}  # closed subscribers: since when (this run)
         self._told_lacking: set[str] = set()  # logged once each
         self._next_ask = now
@@ -332,6 +338,8 @@ class TopicRouter(EoCore):
                 known=sub_list(self._view.known),
                 closed=sub_list(self._view.closed),
                 records=1,  # we read the per-message records (an older router ignores this)
+                # and their compact form (eo_wire.pxi; a router without it: no such key)
+                **({"compact": 1} if self._compact else {}),
                 # which attachment closed each: a later one re-subscribes (view.py)
                 closed_at=[
                     [list(sub), att_wire(att) if att is not None else None]
@@ -360,6 +368,7 @@ class TopicRouter(EoCore):
         self._now = now
         self._up.discard(peer)
         self._records_ok.discard(peer)  # (it may come back as another version: SUBS tells)
+        self._compact_ok.discard(peer)
         for claim in self._view.router_claims(peer):
             self._view.remove_claim(claim.att, now)
         self._forget_sent_to(peer)  # the records' forwarded / filled / settle_sent
@@ -576,6 +585,10 @@ class TopicRouter(EoCore):
                 self._records_ok.add(sender)
             else:
                 self._records_ok.discard(sender)
+            if self._compact and msg.get("compact") == 1:
+                self._compact_ok.add(sender)
+            else:
+                self._compact_ok.discard(sender)
             self._on_snapshot(sender, msg)
         elif op == "ASK":
             self._on_ask(sender, msg)

@@ -439,3 +439,161 @@ def test_a_record_for_another_topic_is_dropped_also_after_one_for_this_topic() -
         b.receive("A", ("SEEN", topic, bytes([i]) * 32, (("c", "l"),)), 1.0)
         net.pump(1.0)
         assert dropped() == want, (i, topic)
+
+
+# -- the compact records (0x0A: sent to routers whose SUBS say `compact`) -----------------------
+
+
+def _list_of(*items: bytes) -> bytes:
+    import struct
+
+    return b"\x06" + struct.pack(">I", len(items)) + b"".join(items)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, max_size=5), st.lists(records, max_size=3))
+def test_compact_records_round_trip_and_every_truncation_is_refused(
+    first: list[Any], second: list[Any]
+) -> None:
+    """Compact records as documented (tests/eo/compact_records.py), two runs in one list
+    with a map between them, decode to their tuples; a list of them cut anywhere raises."""
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    from tests.eo.compact_records import run_octets
+
+    ping = make("PING", "x", e=1)
+    raw = (
+        b"\x06"
+        + len(first + second + [0]).to_bytes(4, "big")
+        + run_octets(first)
+        + eo_pack(ping)
+        + run_octets(second)
+    )
+    assert eo_unpack(raw) == [*first, ping, *second]
+    for cut in range(len(raw)):
+        with pytest.raises(DecodeError):
+            eo_unpack(raw[:cut])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records, min_size=1, max_size=4), st.data())
+def test_a_mangled_compact_record_decodes_as_none_or_a_well_typed_record(
+    recs: list[Any], data: st.DataObject
+) -> None:
+    """Compact records whose first one's octets changed anywhere after its length: the list
+    still decodes (each record's length frames it), each record is None or a tuple of the
+    right types (the later ones may refer to the changed one), and a router's core given
+    them drops or applies them, never raises."""
+    from qrouter._fast.engine import eo_unpack
+
+    from tests.eo.compact_records import run_octets
+
+    body = run_octets(recs)
+    raw = bytearray(_list_of(body, b"\x02"))
+    raw[1:5] = (len(recs) + 1).to_bytes(4, "big")
+    at, shift, length = 6, 0, 0
+    while True:  # its varint length
+        length |= (raw[at] & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if raw[at - 1] < 0x80:
+            break
+    for _ in range(data.draw(st.integers(1, 4), label="flips")):
+        pos = data.draw(st.integers(at, at + length - 1), label="at")
+        raw[pos] = data.draw(st.integers(0, 255), label="octet")
+    got = eo_unpack(bytes(raw))
+    assert len(got) == len(recs) + 1 and got[-1] is True
+    net = Net("AB", mode=EXACTLY_ONCE)
+    net.r["A"].subscriber_attached(("c", "l"), [], 1.0)
+    net.pump(1.0)
+    for rec in got[:-1]:
+        if rec is None:
+            continue
+        assert type(rec) is tuple and rec[0] in ("FWD", "ACCEPT", "SETTLE", "SEEN")
+        assert type(rec[1]) is str and type(rec[2]) is bytes
+        net.r["B"].receive("A", rec, 1.0)  # must not raise
+        net.r["B"].receive("A", (rec[0], net.r["B"].topic, *rec[2:]), 1.0)
+    net.pump(1.0)
+
+
+def test_compact_records_refer_back_only_to_a_record_that_parsed() -> None:
+    """A compact record that refers to the previous record's fields when there is none (the
+    first of a list), or when the previous one did not parse, decodes as None; one that does
+    not refer back decodes again; an unknown op or the reserved flag is None; a count larger
+    than the record is refused without allocating."""
+    from qrouter._fast.engine import eo_unpack
+
+    from tests.eo.compact_records import TOPIC, T, X, frame, varint
+
+    settle = ("SETTLE", "x", b"t", (("r", 1, -2),))
+    whole = frame(3, b"\x01x" + b"\x01t" + b"\x01\x01r\x02\x03")
+    same = frame(3 | TOPIC | T | X, b"")
+    assert eo_unpack(_list_of(whole, same)) == [settle, settle]
+    assert eo_unpack(_list_of(same, whole)) == [None, settle]  # nothing to refer to
+    bad = frame(3, b"\x01x" + b"\x01t" + b"\x02\x01r\x02\x03")  # a count of 2, one target
+    got = eo_unpack(_list_of(whole, bad, same, whole, same))
+    assert got == [settle, None, None, settle, settle]
+    # the other kinds' fields are not a SETTLE's: subscribers are not targets
+    accept = frame(2, b"\x01x" + b"\x01t" + b"\x01\x01c\x01l")
+    assert eo_unpack(_list_of(accept, same)) == [("ACCEPT", "x", b"t", (("c", "l"),)), None]
+    assert eo_unpack(_list_of(frame(5, b""), whole)) == [None, settle]  # a newer op
+    assert eo_unpack(_list_of(frame(3 | 0x80, b""), whole)) == [None, settle]
+    assert eo_unpack(_list_of(frame(3 | 0x40, b"\x01x\x01t\x00"), whole)) == [None, settle]
+    huge = frame(3, b"\x01x" + b"\x01t" + varint(2**64 - 1))
+    assert eo_unpack(_list_of(huge)) == [None]
+    assert eo_unpack(_list_of(frame(3, b"\x01x\x01t\x01\x01r" + b"\xff" * 11))) == [None]
+    with pytest.raises(DecodeError):
+        eo_unpack(b"\x0a" + varint(100) + b"\x03")  # a record longer than the data
+
+
+def test_a_router_started_without_compact_records_does_not_read_them() -> None:
+    """QROUTER_EO_COMPACT=0 (a router of the version before, for tests): the engine takes
+    0x0A as an unknown type, as that version does."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.eo.compact_records import frame
+
+    raw = _list_of(frame(3, b"\x01x" + b"\x01t" + b"\x00"))
+    code = (
+        "import sys; from qrouter._fast.engine import eo_unpack\n"
+        "try:\n    print(eo_unpack(bytes.fromhex(sys.argv[1])))\n"
+        "except Exception as e:\n    print(type(e).__name__)\n"
+    )
+    for flag, expect in (("1", "[('SETTLE', 'x', b't', ())]"), ("0", "DecodeError")):
+        env = {**os.environ, "QROUTER_EO_COMPACT": flag}
+        out = subprocess.run(
+            [sys.executable, "-c", code, raw.hex()],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert out.stdout.strip() == expect
+
+
+def test_compact_records_are_agreed_in_subs() -> None:
+    """A router's SUBS says `compact` unless QROUTER_EO_COMPACT=0; a core sends compact
+    records to the peers whose SUBS said it, if it reads them itself; a channel that breaks
+    forgets it (the peer may come back as another version)."""
+    net = Net("AB", mode=EXACTLY_ONCE)
+    a, b = net.r["A"], net.r["B"]
+    for r, peer in ((a, "B"), (b, "A")):
+        r.router_down(peer, 0.0)
+        r.router_up(peer, 0.0)
+    subs = [m for _, _, m in net.wire if isinstance(m, dict) and m["op"] == "SUBS"]
+    assert [m.get("compact") for m in subs] == [1, 1]
+    net.pump(0.0)
+    assert a._compact_ok == {"B"} and b._compact_ok == {"A"}
+    a.router_down("B", 1.0)
+    assert a._compact_ok == set()
+    b._compact = False  # as QROUTER_EO_COMPACT=0 makes it
+    a.router_up("B", 1.0)
+    b.router_down("A", 1.0)
+    b.router_up("A", 1.0)
+    subs = [m for _, _, m in net.wire if isinstance(m, dict) and m["op"] == "SUBS"]
+    assert [m.get("compact", "absent") for m in subs] == [1, "absent"]
+    net.pump(1.0)
+    assert a._compact_ok == set() and b._compact_ok == set()
+    assert a._records_ok == {"B"} and b._records_ok == {"A"}

@@ -160,3 +160,27 @@ def test_memory_scan_joins_the_topics_records_under_their_prefixes() -> None:
         (b"eo/a/m/2", b"b2"),
         (b"eo/a/o/2", b"r2"),
     ]
+
+
+def test_compact_records_decode_to_their_tuples_and_are_written_as_documented() -> None:
+    """Records staged for a router that reads compact records (OUT_RECORD with its flag) go
+    out as compact records in the same places, octet for octet the format at the top of
+    eo_wire.pxi (tests/eo/compact_records.py: fields shared with the run's previous record
+    left out), decode to the same tuples, and take fewer octets."""
+    from qrouter._fast.engine import eo_unpack
+
+    from tests.eo.compact_records import run_octets
+
+    as_tuples, raw_tuples = _sent_with(lambda g, r, m: g.outputs.add("to_router", None, (r, m)))
+    compact, raw_compact = _sent_with(lambda g, r, m: g.outputs.record(r, m, compact=True))
+    envelopes = eo_unpack(raw_compact)
+    assert [e["ms"] for e in envelopes] == [e["ms"] for _, e in as_tuples]
+    # the runs: _RECORDS[:2] and [2:] to B (a map between them), [2] alone to C
+    for run in (_RECORDS[:2], _RECORDS[2:], _RECORDS[2:3]):
+        assert run_octets(run) in raw_compact
+    assert len(raw_compact) < len(raw_tuples) - 150
+    # the two encodings mixed in one run (topics whose cores know the peer apart)
+    mixed, raw_mixed = _sent_with(
+        lambda g, r, m: g.outputs.record(r, m, compact=m[0] in ("ACCEPT", "FWD"))
+    )
+    assert [e["ms"] for e in eo_unpack(raw_mixed)] == [e["ms"] for _, e in as_tuples]
