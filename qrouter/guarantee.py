@@ -677,6 +677,14 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         """The mesh's next hop toward `router_id` changed (None: unreachable)."""
         ch = self.channels.get(router_id)
         now = self.now()
+        # compact records go to a router only while it is its own next hop: a router on the
+        # way decodes the batches it passes on, which one before them cannot (eo_wire.pxi)
+        peers = getattr(self.core.mesh, "peers", None) or {}  # (tests' meshes may have none)
+        peer = peers.get(link_id) if link_id is not None else None
+        if peer is not None and getattr(peer, "router_id", None) == router_id:
+            self.outbox.direct.add(router_id)
+        else:
+            self.outbox.direct.discard(router_id)
         if link_id is None:
             if ch is not None and ch.up:
                 log.info("guaranteed topics: channel to %r down (no route)", router_id)

@@ -63,6 +63,10 @@ cdef class FlushDue:
 cdef class RouterOutbox:
     cdef object g
     cdef dict open  # router id -> the message list of its envelope open this iteration
+    # routers that are their own next hop (Guarantees.route): the only ones sent compact
+    # records (eo_wire.pxi), as a router on the way decodes what it passes on, and one of
+    # the version before the compact records cannot
+    cdef public set direct
     cdef int c_send(self, router_id, message) except -1
 
 

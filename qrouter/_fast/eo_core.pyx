@@ -3518,6 +3518,7 @@ cdef class RouterOutbox:
     def __init__(self, g):
         self.g = g
         self.open = {}
+        self.direct = set()
 
     def __call__(self, router_id, message):
         self.c_send(router_id, message)

@@ -24,8 +24,11 @@
 #        decoded straight into the tuple: no map, no field names. A record that does not
 #        parse (an unknown op code: a newer router's) decodes as None, which the receiver
 #        drops and counts; the rest of the envelope is unaffected (its length frames it).
-#   0x0A compact record: the same four records, smaller (ACCEPT ~96 -> ~25 octets), sent only
-#        to a router whose SUBS said `compact` (qrouter/eo/protocol.py; the others get 0x09):
+#   0x0A compact record: the same four records, smaller (an ACCEPT after the first of its
+#        list: 96 -> 36 octets, most of them its out tag t). Sent only to a router whose
+#        SUBS said `compact` (qrouter/eo/protocol.py) and that is its own next hop (a router
+#        on the way decodes what it passes on, and re-encodes it as 0x09; one before the
+#        compact records cannot: RouterOutbox.direct); the others get 0x09. Its octets:
 #        v L (v = unsigned LEB128 varint), then L octets: a flags octet, then the fields:
 #          s = v length + UTF-8; b = v length + octets; i = zigzag varint
 #          att = s i i; sub = s s; a list = v count, then its items
@@ -295,6 +298,7 @@ cdef class EoRun:
     Only ever an item of such a list."""
     cdef Writer w
     cdef Py_ssize_t n
+    cdef bint compact  # its router is its own next hop: the records it reads compact go so
     # the fields of its last compact record (_eok_fields), which the next one may share
     cdef object c_topic, c_t, c_pub, c_atts, c_subs
 
@@ -483,10 +487,11 @@ cdef int eo_send_record(RouterOutbox outbox, EoOut *o) except -1:
             run = <EoRun>last
     if run is None:
         run = EoRun()
+        run.compact = router in outbox.direct
         outbox.c_send(router, run)
     start = run.w.length
     try:
-        if o.flag:  # a router that reads compact records (_c_record_to_peer)
+        if o.flag and run.compact:  # a router that reads them (_c_record_to_peer), no relay
             _eok_fields(run.w, run, o.op, <object>o.topic, <object>o.b, <object>o.c,
                         <object>o.d, <object>o.e, <object>o.f)
         else:

@@ -57,25 +57,28 @@ def test_triangle_every_subscriber_gets_every_message_once(router: Any, guarante
     run(scenario(), timeout=120)
 
 
-def test_triangle_with_a_router_before_the_compact_records(
-    router: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("shape", ["triangle", "chain"])
+def test_a_router_before_the_compact_records(
+    router: Any, monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
     # B runs as the version before the compact records (QROUTER_EO_COMPACT=0: its SUBS do
-    # not offer them, and it takes them as an unknown type, dropping the batch); A and C
-    # write them to each other and the records B reads to B. A record A or C sent B in the
-    # compact form would be lost, and B's subscriber (or the publishers' accepts) with it.
+    # not offer them, and it takes them as an unknown type, dropping the batch). In the
+    # triangle A and C write them to each other and the records B reads to B; in the chain
+    # A - B - C, B passes on what A and C send each other, so they must not use them
+    # either (Guarantees.route). A record A or C sent B in the compact form would be lost,
+    # and a subscriber's messages (or the publishers' accepts) with it.
     def make(name: str, **kw: Any) -> Any:
         with monkeypatch.context() as m:
             if name == "B":
                 m.setenv("QROUTER_EO_COMPACT", "0")
             return router(name, **kw)
 
-    tri = Routers(make)
+    tri = Routers(make, edges=[("A", "B"), ("B", "C")] if shape == "chain" else None)
 
     async def scenario() -> None:
-        subs = [await Subscriber.start(tri.urls(n), f"sub-{n}", TOPIC) for n in tri.names]
+        subs = [await Subscriber.start([tri.url(n)], f"sub-{n}", TOPIC) for n in tri.names]
         await wait_subscribers_known(tri, len(subs))
-        pubs = [await Publisher.start(tri.urls(n), f"pub-{n}", TOPIC) for n in ("A", "B", "C")]
+        pubs = [await Publisher.start([tri.url(n)], f"pub-{n}", TOPIC) for n in ("A", "B", "C")]
         await asyncio.gather(*(p.publish(200) for p in pubs))
         await drained(tri, pubs, subs, 30)
         check_exactly_once(pubs, subs)
