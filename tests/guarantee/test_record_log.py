@@ -85,10 +85,28 @@ def _commit(g: Guarantees, t: Any) -> None:
     g.flush()
 
 
+def _numbers_on(g: Guarantees, engine: Router, c: _Committer, t: Any) -> None:
+    """A checkpoint first: the log's puts are numbered (LogRefs) from one the router's
+    guaranteed topics saw empty it (what a log held before may be counted by no one)."""
+    warm = _rec(b"warm-up")
+    t._save_origin(warm, True)
+    _commit(g, t)
+    warm.settled = True
+    t._save_origin(warm, False)
+    _commit(g, t)
+    assert c.appends[-1][:1] == b"U"  # (numbers off: the patch names its key)
+    t._delete_origin(warm)
+    _commit(g, t)
+    engine.checkpoint()
+    c.appends.clear()
+    c.checkpoints.clear()
+
+
 def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")
     assert t is not None
+    _numbers_on(g, engine, c, t)
     new, old = _rec(b"N"), _rec(b"O", body=None)
     t._save_origin(new, True)
     _commit(g, t)
@@ -100,6 +118,19 @@ def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() 
     _commit(g, t)
     assert len(c.appends) == 3 and not c.checkpoints  # one append per commit, in order
     assert PREFIX + b"m/N" in c.appends[0] and PREFIX + b"o/O" in c.appends[1]
+    # the deletes name the records the log put by number (LogRefs), five octets each; the
+    # body the log never put (the store may hold it) by its key
+    numbers = _numbered(c.appends)
+    assert (
+        c.appends[2]
+        == b"".join(
+            b"d" + numbers.index(PREFIX + k).to_bytes(4, "big") for k in (b"o/N", b"m/N", b"o/O")
+        )
+        + b"D"
+        + len(PREFIX + b"m/O").to_bytes(2, "big")
+        + PREFIX
+        + b"m/O"
+    )
     replayed = _replay(c.appends)
     assert replayed[PREFIX + b"o/N"] is None and replayed[PREFIX + b"o/O"] is None
     engine.checkpoint()
@@ -139,6 +170,7 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")
     assert t is not None
+    _numbers_on(g, engine, c, t)
     pub, key = ("publisher-container", "publisher-link"), PREFIX + b"o/P"
 
     def rec(settled: bool, *states: int) -> OriginRecord:
@@ -147,20 +179,31 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     first, accepted, done = rec(False, 0, 0, 0), rec(False, 1, 0, 1), rec(True, 2, 1, 2)
     t._save_origin(first, True)
     _commit(g, t)
+    # the record changed as the router changes it (the same object): the patches name it by
+    # its put's number (LogRefs)
     for r in (accepted, accepted, done):
-        t._save_origin(r, False)
+        first.subs, first.settled = r.subs, r.settled
+        t._save_origin(first, False)
         _commit(g, t)
     assert len(c.appends) == 3  # (the second `accepted` changed nothing: nothing to append)
     whole = len(first.encode_state())
     # (the topic's mark only in the first: a put of the value the log holds logs nothing)
     assert c.appends[0].endswith(b"P\x00\x05" + MARK + b"\x00\x00\x00\x00")
     for blob, changed in ((c.appends[1], 2), (c.appends[2], 4)):
-        patch = b"U\x00\x08" + key + changed.to_bytes(2, "big")
-        assert blob.startswith(patch) and len(blob) == len(patch) + 5 * changed, blob
-        assert len(patch) + 5 * changed < whole
+        # (the record named by the number of its put: LogRefs)
+        patch = b"u" + _numbered(c.appends).index(key).to_bytes(4, "big") + bytes([changed])
+        assert blob.startswith(patch) and len(blob) == len(patch) + 3 * changed, blob
+        assert len(patch) + 3 * changed < whole
     assert _replay(c.appends)[key] == done.encode_state() == engine.journal[key]
+    # another object for the record (none of its numbers): a patch naming its key
+    t._save_origin(rec(True, 2, 2, 1), False)
+    _commit(g, t)
+    patch = b"U\x00\x08" + key + (2).to_bytes(2, "big")
+    assert c.appends[-1].startswith(patch) and len(c.appends[-1]) == len(patch) + 10
+    assert _replay(c.appends)[key] == rec(True, 2, 2, 1).encode_state() == engine.journal[key]
     engine.checkpoint()
-    assert c.checkpoints[-1][0][key] == done.encode_state()
+    since = len(c.appends)  # (the checkpoint emptied the log: it begins again here)
+    assert c.checkpoints[-1][0][key] == rec(True, 2, 2, 1).encode_state()
     t._save_origin(rec(True, 2, 2, 2), False)
     _commit(g, t)
     assert c.appends[-1][:1] == b"P"
@@ -172,7 +215,7 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     t._save_origin(many[1], False)
     _commit(g, t)
     assert c.appends[-1].startswith(b"P\x00\x08" + PREFIX + b"o/M")
-    assert _replay(c.appends)[PREFIX + b"o/M"] == many[1].encode_state()
+    assert _replay(c.appends[since:])[PREFIX + b"o/M"] == many[1].encode_state()
 
 
 def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
@@ -258,6 +301,27 @@ def _replay(appends: list[bytes]) -> dict[bytes, bytes | None]:
         return read_log(store).changes
     finally:
         store.close()
+
+
+def _numbered(appends: list[bytes]) -> list[bytes]:
+    """The guaranteed topics' keys the log's puts gave their numbers to (LogRefs), in order."""
+    out: list[bytes] = []
+    for blob in appends:
+        pos = 0
+        while pos < len(blob):
+            op = blob[pos]
+            if op in b"ud":
+                pos += 5 + (1 + 3 * blob[pos + 5] if op == ord("u") else 0)
+                continue
+            klen = int.from_bytes(blob[pos + 1 : pos + 3], "big")
+            key = blob[pos + 3 : pos + 3 + klen]
+            pos += 3 + klen
+            if op == ord("P"):
+                pos += 4 + int.from_bytes(blob[pos : pos + 4], "big")
+                out.append(key)
+            elif op == ord("U"):
+                pos += 2 + 5 * int.from_bytes(blob[pos : pos + 2], "big")
+    return out
 
 
 def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None]]:
