@@ -252,6 +252,8 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         recover = getattr(self.core.persistence, "recover", None)
         if recover is not None:
             recover()  # a previous run's record log folded into the records first
+            # (so the log holds none of the topics' puts: its numbers begin now)
+            self.log_refs.begin()
         self._escape_keys()
         for key, _ in list(self.backend_scan(TOPIC_MARK)):
             topic = key[len(TOPIC_MARK) :].decode()

@@ -221,6 +221,7 @@ def log_records(
 
 class LogRefs:
     def __init__(self) -> None: ...
+    def begin(self) -> None: ...
 
 def commit_memory(
     cores: list[Any],

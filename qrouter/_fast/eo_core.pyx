@@ -3109,18 +3109,29 @@ cdef class LogRefs:
     new `journal` dict, seen here (`journal`, held, so that a new dict at a reused address
     cannot pass for the old one) as a new generation; a record's numbers from an older
     generation are not used (it names its key). Numbers begin at the first checkpoint this
-    object sees (the log it found may hold puts it did not count). Only `log_records` counts
+    object sees (the log it found may hold puts it did not count), or at once after `begin`
+    (the router at start-up, its log just folded). Only `log_records` counts
     puts, so the router's log takes the guaranteed topics' entries from it alone, with this
     one object (`Guarantees.log_refs`; the durable links write only b"u/" keys)."""
 
     cdef object journal  # the router's net changes when the generation began
     cdef uint64_t gen
     cdef uint32_t nput  # the number of the next put
+    cdef bint fresh  # `begin`: the log holds no put of a guaranteed topic's key
 
     def __init__(self):
         self.journal = None
         self.gen = 0
         self.nput = 0
+        self.fresh = False
+
+    def begin(self):
+        """The router's log holds no put of a guaranteed topic's key now (its previous
+        run's log folded into the records at start-up, and nothing logged for the topics
+        since): numbers from 0 at once, not from the first checkpoint."""
+        self.journal = None
+        self.gen = 0
+        self.fresh = True
 
 
 cdef inline bint _is_guarantee_key(bytes key) noexcept:
@@ -3333,14 +3344,14 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
     _lgen = 0
     if refs is not None:
         if refs.journal is not journal:
-            if refs.journal is None:
+            if refs.journal is None and not refs.fresh:
                 # the router's log seen for the first time: it may hold puts counted by no
-                # one (before this router's guaranteed topics began, say), so numbers are off
-                # until a checkpoint empties it
+                # one, so numbers are off until a checkpoint empties it
                 refs.gen = 0
-            else:  # a checkpoint emptied the log: numbers from 0
+            else:  # a checkpoint emptied the log (or `begin`): numbers from 0
                 _lgen_last += 1
                 refs.gen = _lgen_last
+            refs.fresh = False
             refs.journal = journal
             refs.nput = 0
         _lgen = refs.gen

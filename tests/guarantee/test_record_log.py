@@ -218,6 +218,35 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     assert _replay(c.appends[since:])[PREFIX + b"o/M"] == many[1].encode_state()
 
 
+def test_numbers_begin_at_once_on_a_log_folded_at_start_up() -> None:
+    """`Guarantees.start` folds the previous run's log into the records, so the log holds
+    none of the topics' puts: its numbers (LogRefs.begin) name records from the first
+    entry, with no checkpoint first; the replay gives what the net changes hold."""
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    g.log_refs.begin()
+    rec = _rec(b"S")
+    t._save_origin(rec, True)
+    _commit(g, t)
+    rec.settled = True
+    t._save_origin(rec, False)
+    _commit(g, t)
+    numbers = _numbered(c.appends)
+    patch = c.appends[1]  # (the settled byte: one change)
+    assert patch == b"u" + numbers.index(PREFIX + b"o/S").to_bytes(4, "big") + b"\x01" + patch[6:]
+    assert len(patch) == 9
+    assert (
+        _replay(c.appends)[PREFIX + b"o/S"] == rec.encode_state() == engine.journal[PREFIX + b"o/S"]
+    )
+    t._delete_origin(rec)
+    _commit(g, t)
+    assert c.appends[2] == b"".join(
+        b"d" + numbers.index(PREFIX + k).to_bytes(4, "big") for k in (b"o/S", b"m/S")
+    )
+    assert _replay(c.appends)[PREFIX + b"o/S"] is None and not engine.jborn
+
+
 def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")
@@ -303,36 +332,44 @@ def _replay(appends: list[bytes]) -> dict[bytes, bytes | None]:
         store.close()
 
 
-def _numbered(appends: list[bytes]) -> list[bytes]:
-    """The guaranteed topics' keys the log's puts gave their numbers to (LogRefs), in order."""
-    out: list[bytes] = []
+def _entries(appends: list[bytes]) -> list[tuple[bytes, bytes | None]]:
+    """The log's entries in order: (kind, key; None for one naming its record by number)."""
+    out: list[tuple[bytes, bytes | None]] = []
     for blob in appends:
         pos = 0
         while pos < len(blob):
-            op = blob[pos]
-            if op in b"ud":
-                pos += 5 + (1 + 3 * blob[pos + 5] if op == ord("u") else 0)
+            op = blob[pos : pos + 1]
+            if op in (b"u", b"d"):
+                out.append((op, None))
+                pos += 5 + (1 + 3 * blob[pos + 5] if op == b"u" else 0)
                 continue
             klen = int.from_bytes(blob[pos + 1 : pos + 3], "big")
             key = blob[pos + 3 : pos + 3 + klen]
+            out.append((op, key))
             pos += 3 + klen
-            if op == ord("P"):
+            if op == b"P":
                 pos += 4 + int.from_bytes(blob[pos : pos + 4], "big")
-                out.append(key)
-            elif op == ord("U"):
+            elif op == b"U":
                 pos += 2 + 5 * int.from_bytes(blob[pos : pos + 2], "big")
     return out
 
 
-def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None]]:
-    """What a dead router's LMDB store holds: its origin records, and the log's net changes."""
+def _numbered(appends: list[bytes]) -> list[bytes]:
+    """The guaranteed topics' keys the log's puts gave their numbers to (LogRefs), in order."""
+    return [k for op, k in _entries(appends) if op == b"P" and k is not None]
+
+
+def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None], int]:
+    """What a dead router's LMDB store holds: its origin records, the log's net changes, and
+    how many of the log's entries name their record by number (LogRefs)."""
     store = open_store("lmdb", str(path))
     try:
         stored = [k for k, _ in store.scan(b"eo/" + TOPIC.encode() + b"/o/")]
         changes = {k: v for k, v in read_log(store).changes.items() if k.startswith(b"eo/")}
+        numbered = sum(1 for _, k in _entries(store.log_read()) if k is None)
     finally:
         store.close()
-    return stored, changes
+    return stored, changes, numbered
 
 
 @pytest.mark.skipif(not stores.available("lmdb"), reason="needs the lmdb store: pip install lmdb")
@@ -357,7 +394,7 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
         r.kill()
 
         # the records were delivered from, so they are durable: in the log, not the records
-        stored, changes = await asyncio.to_thread(_logged, path)
+        stored, changes, _ = await asyncio.to_thread(_logged, path)
         assert stored == [], "a checkpoint ran: the test proves nothing"
         origins = [k for k, v in changes.items() if b"/o/" in k and v is not None]
         bodies = [v for k, v in changes.items() if b"/m/" in k and v is not None]
@@ -388,9 +425,11 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
             lambda: f"records: {topic_rows(url)}",
         )
         r1.kill()
-        stored, changes = await asyncio.to_thread(_logged, path)
+        stored, changes, numbered = await asyncio.to_thread(_logged, path)
         # the records hold the first n (the fold at start put them) and nothing else; the
-        # log deletes them, and the m made since were put and deleted in the log alone
+        # log deletes them, and the m made since were put and deleted in the log alone, by
+        # number (the log's numbers begin at the start-up fold: two deletes each at least)
+        assert numbered >= 2 * m, numbered
         assert len(stored) == n and all(changes.get(k, b"") is None for k in stored), stored
         origins = [k for k in changes if b"/o/" in k]
         assert len(origins) == n + m and all(changes[k] is None for k in origins), changes
