@@ -57,6 +57,7 @@ from qrouter._fast.engine import (
     target_value,
 )
 from qrouter._fast.eo_core import (
+    LogRefs,
     OutQueue,
     RouterOutbox,
     collect_writes,
@@ -200,6 +201,9 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             if self.store is not None and getattr(engine, "committer", None) is not None
             else None
         )
+        # the numbers its record log gives the records' puts (eo_core.LogRefs): patches and
+        # deletes name a record by its number instead of its key
+        self.log_refs = LogRefs()
         # the records when there is no store: each topic's by key under its prefix (the
         # cores write them there, `commit_memory`), the rest (the topics' marks) by full key
         self.memory: dict[bytes, bytes] = {}
@@ -248,6 +252,8 @@ class Guarantees(EoLinks):  # type: ignore[misc]
         recover = getattr(self.core.persistence, "recover", None)
         if recover is not None:
             recover()  # a previous run's record log folded into the records first
+            # (so the log holds none of the topics' puts: its numbers begin now)
+            self.log_refs.begin()
         self._escape_keys()
         for key, _ in list(self.backend_scan(TOPIC_MARK)):
             topic = key[len(TOPIC_MARK) :].decode()
@@ -430,7 +436,12 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                 if self.log is not None:
                     eng = self.log
                     blob = log_records(
-                        self.writes, self.loose, eng.journal, eng.journal_del, eng.jborn
+                        self.writes,
+                        self.loose,
+                        eng.journal,
+                        eng.journal_del,
+                        eng.jborn,
+                        self.log_refs,
                     )
                     if blob is not None:
                         log_entries(eng, blob)

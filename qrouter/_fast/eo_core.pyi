@@ -217,7 +217,13 @@ def log_records(
     journal: dict[bytes, bytes],
     gone: set[bytes],
     born: set[bytes],
+    refs: LogRefs | None = None,
 ) -> bytes | None: ...
+
+class LogRefs:
+    def __init__(self) -> None: ...
+    def begin(self) -> None: ...
+
 def commit_memory(
     cores: list[Any],
     loose: dict[bytes, Any],

@@ -26,7 +26,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF, PyObject
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint32_t, uint64_t
 from cpython.dict cimport PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -423,6 +423,11 @@ cdef class OriginRecord:
     cdef bytes _lokey
     cdef bytes _lmkey
     cdef bytes _lprefix
+    # the record log's numbers (`LogRefs`) of a put of `_lokey` and of `_lmkey`, valid while
+    # the log generation they were given in (`_lo_gen`, `_lm_gen`; 0: none) is the current
+    # one: its patches and deletes name the record by that number, not by its key
+    cdef uint32_t _lo_ref, _lm_ref
+    cdef uint64_t _lo_gen, _lm_gen
     # subs, Sub -> SubState: the subscribers' layout and one state byte each, by position
     cdef _Layout _layout
     cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
@@ -3082,12 +3087,64 @@ cdef enum:
     _LOG_PUT = 0x50
     _LOG_DEL = 0x44
     _LOG_PATCH = 0x55  # b"U" key-length(2) key count(2) count x [offset(4) byte]
+    # a patch and a delete naming their record by its number (`LogRefs`), not its key:
+    # b"u" number(4) count(1) count x [offset(2) byte]; b"d" number(4)
+    _LOG_PATCH_REF = 0x75
+    _LOG_DEL_REF = 0x64
     # the most bytes a patch changes: an origin record's state change touches its settled
     # byte and a subscriber's state byte or two; more, and the whole record is put
     _PATCH_MAX = 16
 
 cdef char* _lbuf = NULL  # the entries of one `log_records`, made into its bytes at the end
 cdef Py_ssize_t _lcap = 0
+# while `log_records` runs with a `LogRefs`: the number the next guaranteed topic's put gets
+# and the generation the numbers belong to (0: numbers off, every entry names its key)
+cdef uint32_t _lputs = 0
+cdef uint64_t _lgen = 0
+cdef uint64_t _lgen_last = 0  # the last generation given, across routers
+
+
+cdef class LogRefs:
+    """Numbers for a router's record log, so that an origin record's patches and deletes
+    name it in five bytes instead of its key (some 50: the topic prefix and the 32-byte out
+    tag). Every put of a guaranteed topic's key (b"eo/", b"eot/") in the log gets the next
+    number, from 0 at the log's start; the replay (qrouter/stores/termini.py, `read_log`)
+    counts them in the same order, so a number names the key of that put. The numbers start
+    again when the log does: at a checkpoint, which empties the log and gives the router a
+    new `journal` dict, seen here (`journal`, held, so that a new dict at a reused address
+    cannot pass for the old one) as a new generation; a record's numbers from an older
+    generation are not used (it names its key). Numbers begin at the first checkpoint this
+    object sees (the log it found may hold puts it did not count), or at once after `begin`
+    (the router at start-up, its log just folded). Only `log_records` counts
+    puts, so the router's log takes the guaranteed topics' entries from it alone, with this
+    one object (`Guarantees.log_refs`; the durable links write only b"u/" keys)."""
+
+    cdef object journal  # the router's net changes when the generation began
+    cdef uint64_t gen
+    cdef uint32_t nput  # the number of the next put
+    cdef bint fresh  # `begin`: the log holds no put of a guaranteed topic's key
+
+    def __init__(self):
+        self.journal = None
+        self.gen = 0
+        self.nput = 0
+        self.fresh = False
+
+    def begin(self):
+        """The router's log holds no put of a guaranteed topic's key now (its previous
+        run's log folded into the records at start-up, and nothing logged for the topics
+        since): numbers from 0 at once, not from the first checkpoint."""
+        self.journal = None
+        self.gen = 0
+        self.fresh = True
+
+
+cdef inline bint _is_guarantee_key(bytes key) noexcept:
+    # as the replay counts (GUARANTEE_PREFIXES of qrouter/stores/termini.py)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(key)
+    cdef const char* k = PyBytes_AS_STRING(key)
+    return n >= 3 and k[0] == 0x65 and k[1] == 0x6f and (
+        k[2] == 0x2f or (n >= 4 and k[2] == 0x74 and k[3] == 0x2f))
 
 
 cdef unsigned char* _lreserve(Py_ssize_t n, Py_ssize_t need) except NULL:
@@ -3107,8 +3164,17 @@ cdef unsigned char* _lreserve(Py_ssize_t n, Py_ssize_t need) except NULL:
     return <unsigned char*>_lbuf + n
 
 
+cdef inline void _put32(unsigned char* p, uint32_t v) noexcept:
+    p[0] = (v >> 24) & 0xff
+    p[1] = (v >> 16) & 0xff
+    p[2] = (v >> 8) & 0xff
+    p[3] = v & 0xff
+
+
 cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
-    """Append one entry at `n` of `_lbuf`; the new length."""
+    """Append one entry at `n` of `_lbuf`; the new length. A put of a guaranteed topic's
+    key takes the next number (`LogRefs`) while they are on."""
+    global _lputs, _lgen
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
     cdef Py_ssize_t nv = PyBytes_GET_SIZE(value) if value is not None else 0
     cdef Py_ssize_t need = n + 3 + nk + (4 + nv if op == _LOG_PUT else 0)
@@ -3121,13 +3187,14 @@ cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
     p[2] = nk & 0xff
     memcpy(p + 3, PyBytes_AS_STRING(key), nk)
     if op == _LOG_PUT:
-        p += 3 + nk
-        p[0] = (nv >> 24) & 0xff
-        p[1] = (nv >> 16) & 0xff
-        p[2] = (nv >> 8) & 0xff
-        p[3] = nv & 0xff
+        _put32(p + 3 + nk, <uint32_t>nv)
         if nv:
-            memcpy(p + 4, PyBytes_AS_STRING(value), nv)
+            memcpy(p + 7 + nk, PyBytes_AS_STRING(value), nv)
+        if _lgen and _is_guarantee_key(key):
+            if _lputs == 0xffffffff:
+                _lgen = 0  # (not in a 16 MiB log: numbers off until the next checkpoint)
+            else:
+                _lputs += 1
     return need
 
 
@@ -3142,8 +3209,18 @@ cdef Py_ssize_t _log_put(Py_ssize_t n, bytes key, bytes value, dict journal, set
     return n
 
 
-cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set born) except -1:
-    n = _lentry(n, _LOG_DEL, key, None)
+cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set born,
+                         uint64_t gen=0, uint32_t ref=0) except -1:
+    """A delete; by the record's number `ref` (`_LOG_DEL_REF`) when `gen` is the current
+    generation (a put of `key` is in the log: see LogRefs)."""
+    cdef unsigned char* p
+    if gen and gen == _lgen:
+        p = _lreserve(n, n + 5)
+        p[0] = _LOG_DEL_REF
+        _put32(p + 1, ref)
+        n += 5
+    else:
+        n = _lentry(n, _LOG_DEL, key, None)
     if journal:
         journal.pop(key, None)
     if not (born and PySet_Discard(born, key)):  # (made in the interval: the records lack it)
@@ -3152,14 +3229,15 @@ cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set bo
 
 
 cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, set gone,
-                           set born, bint new) except -1:
+                           set born, bint new, uint64_t gen=0, uint32_t ref=0) except -1:
     """An origin record's state put (or a topic's mark): as a patch of the bytes that
-    changed (`_LOG_PATCH`; nothing if none did) when this checkpoint interval put the record
-    already (`journal` holds it, so the log since the last checkpoint holds its whole value
-    before this entry), else whole. The net change (`journal`) is the whole value either
-    way. Most of a message's records change only a state byte or two after the first put,
-    so the log carries a few bytes a change instead of the whole record (its publisher, tag
-    and every subscriber's name)."""
+    changed (`_LOG_PATCH`, or `_LOG_PATCH_REF` naming the record by its number `ref` when
+    `gen` is the current generation; nothing if no byte changed) when this checkpoint
+    interval put the record already (`journal` holds it, so the log since the last
+    checkpoint holds its whole value before this entry), else whole. The net change
+    (`journal`) is the whole value either way. Most of a message's records change only a
+    state byte or two after the first put, so the log carries a few bytes a change instead
+    of the whole record (its publisher, tag and every subscriber's name)."""
     cdef object old = journal.get(key) if journal and not new else None
     cdef Py_ssize_t nv = PyBytes_GET_SIZE(value)
     cdef Py_ssize_t nk = PyBytes_GET_SIZE(key)
@@ -3192,6 +3270,21 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
         i = end
     if count == 0:
         return n  # the log holds this value already
+    if gen and gen == _lgen and at[count - 1] <= 0xffff:  # (`at` ascends)
+        need = n + 6 + 3 * count
+        p = _lreserve(n, need)
+        p[0] = _LOG_PATCH_REF
+        _put32(p + 1, ref)
+        p[5] = <unsigned char>count
+        p += 6
+        for j in range(count):
+            i = at[j]
+            p[0] = (i >> 8) & 0xff
+            p[1] = i & 0xff
+            p[2] = b[i]
+            p += 3
+        journal[key] = value
+        return need
     if nk > 0xffff:
         raise ValueError("a record key longer than a log entry holds")
     need = n + 3 + nk + 2 + 5 * count
@@ -3206,38 +3299,71 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     p += 2
     for j in range(count):
         i = at[j]
-        p[0] = (i >> 24) & 0xff
-        p[1] = (i >> 16) & 0xff
-        p[2] = (i >> 8) & 0xff
-        p[3] = i & 0xff
+        _put32(p, <uint32_t>i)
         p[4] = b[i]
         p += 5
     journal[key] = value  # (in `journal`: neither in `gone` nor to be added to `born`)
     return need
 
 
+cdef bytes _log_key(bytes prefix, char kind, bytes tag):
+    """prefix + kind + b"/" + tag, in one allocation (not two concatenations)."""
+    cdef Py_ssize_t np = PyBytes_GET_SIZE(prefix), nt = PyBytes_GET_SIZE(tag)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, np + 2 + nt)
+    cdef char* p = PyBytes_AS_STRING(out)
+    memcpy(p, PyBytes_AS_STRING(prefix), np)
+    p[np] = kind
+    p[np + 1] = 0x2f
+    memcpy(p + np + 2, PyBytes_AS_STRING(tag), nt)
+    return out
+
+
 cdef inline int _log_keys(OriginRecord rec, bytes prefix) except -1:
     """`rec`'s record-log keys under `prefix`, made unless it holds them already."""
     if rec._lprefix is not prefix:
-        rec._lokey = prefix + b"o/" + rec.out_tag
-        rec._lmkey = prefix + b"m/" + rec.out_tag
+        rec._lokey = _log_key(prefix, 0x6f, rec.out_tag)  # b"o/"
+        rec._lmkey = _log_key(prefix, 0x6d, rec.out_tag)  # b"m/"
         rec._lprefix = prefix
+        rec._lo_gen = rec._lm_gen = 0  # (numbers of other keys)
     return 0
 
 
-def log_records(list cores, dict loose, dict journal, set gone, set born):
+def log_records(list cores, dict loose, dict journal, set gone, set born,
+                LogRefs refs=None):
     """The router's group commit into its record log: what `collect_writes` would give, as
     one blob of log entries (the engine appends it, `log_entries`), and applied to the net
     changes since the last checkpoint: `journal` (key -> value to put), `gone` (keys to
     delete), `born` (keys made since the checkpoint: the records cannot hold them, so their
     delete only drops them). An origin record saved with its body for the first time is
-    made (unless the store may hold it: `_known`). Then `committed`. None if nothing."""
+    made (unless the store may hold it: `_known`). Then `committed`. None if nothing.
+    `refs`: the router's numbers for its log (see LogRefs; None: every entry names its
+    key); the blob must then be appended to that log, or dropped by a checkpoint."""
+    global _lputs, _lgen, _lgen_last
     cdef EoCore core
     cdef OriginRecord rec
     cdef bytes prefix, mkp, key
     cdef Py_ssize_t n = 0
     cdef dict bodies, dirty
     cdef set known
+    cdef uint32_t before
+    _lgen = 0
+    if refs is not None:
+        if refs.journal is not journal:
+            if refs.journal is None and not refs.fresh:
+                # the router's log seen for the first time: it may hold puts counted by no
+                # one, so numbers are off until a checkpoint empties it
+                refs.gen = 0
+            else:  # a checkpoint emptied the log (or `begin`): numbers from 0
+                _lgen_last += 1
+                refs.gen = _lgen_last
+            refs.fresh = False
+            refs.journal = journal
+            refs.nput = 0
+        _lgen = refs.gen
+        _lputs = refs.nput
+        # numbers off until the next checkpoint should this fail half-way (the entries
+        # made are lost, not the numbers they took)
+        refs.gen = 0
     if loose:
         puts, deletes = split_writes(loose)
         for key in deletes:
@@ -3255,29 +3381,44 @@ def log_records(list cores, dict loose, dict journal, set gone, set born):
         for r in core._gone.values():
             rec = <OriginRecord>r
             _log_keys(rec, prefix)
-            n = _log_del(n, rec._lokey, journal, gone, born)
-            n = _log_del(n, rec._lmkey, journal, gone, born)
+            n = _log_del(n, rec._lokey, journal, gone, born, rec._lo_gen, rec._lo_ref)
+            n = _log_del(n, rec._lmkey, journal, gone, born, rec._lm_gen, rec._lm_ref)
             rec._lokey = rec._lmkey = rec._lprefix = None  # (gone: not logged again)
+            rec._lo_gen = rec._lm_gen = 0
         bodies = core._bodies
         known = core._known
         dirty = core._dirty
         for tag, r in dirty.items():
             rec = <OriginRecord>r
             _log_keys(rec, prefix)
+            before = _lputs
             n = _log_state(n, rec._lokey, rec.encode_state(), journal, gone,
-                           born, tag in bodies and not (known and tag in known))
+                           born, tag in bodies and not (known and tag in known),
+                           rec._lo_gen, rec._lo_ref)
+            if _lputs != before:  # put whole: its number
+                rec._lo_ref = before
+                rec._lo_gen = _lgen
         mkp = None
         for tag, body in bodies.items():
             r = dirty.get(tag)  # (a body's record is in `_dirty`, which made its keys)
             if r is not None and (<OriginRecord>r)._lprefix is prefix:
-                key = (<OriginRecord>r)._lmkey
-            else:
-                if mkp is None:
-                    mkp = prefix + b"m/"
-                key = mkp + tag
-            n = _log_put(n, key, body, journal, gone, born, not (known and tag in known))
+                rec = <OriginRecord>r
+                before = _lputs
+                n = _log_put(n, rec._lmkey, body, journal, gone, born,
+                             not (known and tag in known))
+                if _lputs != before:
+                    rec._lm_ref = before
+                    rec._lm_gen = _lgen
+                continue
+            if mkp is None:
+                mkp = prefix + b"m/"
+            n = _log_put(n, mkp + tag, body, journal, gone, born, not (known and tag in known))
         if core._marked:  # (once a checkpoint interval: the same put again logs nothing)
             n = _log_state(n, core._mark, b"", journal, gone, born, False)
+    if refs is not None and _lgen:
+        refs.gen = _lgen
+        refs.nput = _lputs
+    _lgen = 0
     committed(cores)
     if not n:
         return None

@@ -43,8 +43,10 @@ from qrouter.stores.termini import (
     load_termini,
     load_terminus,
     log_delete_entry,
+    log_delete_ref_entry,
     log_drop_entry,
     log_patch_entry,
+    log_patch_ref_entry,
     log_put_entry,
     put_unsettled,
     save_terminus,
@@ -658,6 +660,46 @@ class StoreConformance:
             log_patch_entry(b"eo/t/o/z", [(0, 1)]),  # no put before it
             log_put_entry(b"eo/t/o/z", b"ab") + log_patch_entry(b"eo/t/o/z", [(2, 1)]),
             log_put_entry(b"eo/t/o/z", b"ab") + log_patch_entry(b"eo/t/o/z", [(0, 1)])[:-1],
+        ):
+            store.log_clear()
+            store.log_append(blob)
+            with pytest.raises(StoreError, match="log entry .* is corrupt"):
+                fold_log(store)
+
+    def test_record_log_names_records_by_number(self, store: TerminusStore) -> None:
+        """Patches and deletes that name their record by number (eo_core.pyx `LogRefs`): the
+        n-th put of a guaranteed topic's key since the log began, counted across entries and
+        over every such put (a topic's mark, a key put again), a durable link's put not
+        counted; a number no put had yet is corruption, never skipped."""
+        rec = self._terminus("a")
+        with store.batch() as b:
+            save_terminus(b, rec)
+        entries = [
+            log_put_entry(b"eot/t", b"")  # 0
+            + log_put_entry(b"eo/t/o/a", b"state 000")  # 1
+            + log_put_entry(unsettled_key(rec.key, b"d"), encode_unsettled(UnsettledRecord()))
+            + log_put_entry(b"eo/t/m/a", b"body a")  # 2
+            + log_put_entry(b"eo/t/o/b", b"b 0"),  # 3
+            log_patch_ref_entry(1, [(6, ord("1")), (8, ord("2"))])
+            + log_put_entry(b"eo/t/o/b", b"b 1")  # 4 (b again, whole)
+            + log_patch_ref_entry(4, [(2, ord("2"))]),
+            log_delete_ref_entry(3)  # (b, by an older put's number)
+            + log_patch_ref_entry(1, [(7, ord("3"))])
+            + log_delete_ref_entry(2),
+        ]
+        for blob in entries:
+            store.log_append(blob)
+        assert fold_log(store) == 3
+        assert list(store.scan(b"eo/")) == [(b"eo/t/o/a", b"state 132")]
+        assert list(store.scan(b"eot/")) == [(b"eot/t", b"")]
+        for blob in (
+            log_put_entry(b"eo/t/o/z", b"ab") + log_delete_ref_entry(1),  # no put numbered 1
+            log_put_entry(b"eo/t/o/z", b"ab") + log_patch_ref_entry(0, [(2, 1)]),  # past its end
+            log_put_entry(b"eo/t/o/z", b"ab") + log_patch_ref_entry(0, [(0, 1)])[:-1],  # torn
+            log_put_entry(b"eo/t/o/z", b"ab") + log_delete_ref_entry(0)[:-1],
+            # (a durable link's put takes no number)
+            log_put_entry(unsettled_key(rec.key, b"d"), encode_unsettled(UnsettledRecord()))
+            + log_delete_ref_entry(0),
         ):
             store.log_clear()
             store.log_append(blob)

@@ -43,7 +43,11 @@ prefix (every record under the prefix goes: a terminus deleted) and ``U`` key-le
 count(2) then count times offset(4) byte (a patch: those bytes of the record's value
 changed; written only for a record the log put since the last checkpoint, so its value is
 in the log before the patch: a guaranteed topic's origin record whose state changed,
-qrouter/_fast/eo_core.pyx `_log_state`). About once a second or
+qrouter/_fast/eo_core.pyx `_log_state`). A guaranteed topic's record may be named by
+number instead of its key (some 50 octets): every put of a guaranteed topic's key takes the
+next number, from 0 where the log begins, and ``u`` number(4) count(1) then count times
+offset(2) byte patches, ``d`` number(4) deletes, the key of that put (eo_core.pyx
+`LogRefs`). About once a second or
 16 MiB (a checkpoint) the net changes since the previous checkpoint are committed to the
 ``u/`` records in one transaction, and then the log is emptied. Most deliveries are made and
 settled within a second, so they cost the store a share of one append per loop iteration
@@ -223,6 +227,9 @@ def delete_terminus(batch: Batch, key: TerminusKey) -> None:
 # ---- the record log ------------------------------------------------------------------
 
 _LOG_PUT, _LOG_DEL, _LOG_DROP, _LOG_PATCH = 0x50, 0x44, 0x58, 0x55
+# a patch and a delete that name their record by number (qrouter/_fast/eo_core.pyx, LogRefs):
+# the n-th put of a guaranteed topic's key since the log began, from 0
+_LOG_PATCH_REF, _LOG_DEL_REF = 0x75, 0x64
 # the keys a log entry may name: delivery records, and the guaranteed topics' records
 GUARANTEE_PREFIXES = (b"eo/", b"eot/")
 _LOGGED_PREFIXES = (UNSETTLED_PREFIX, *GUARANTEE_PREFIXES)
@@ -260,16 +267,32 @@ def log_patch_entry(key: bytes, changes: list[tuple[int, int]]) -> bytes:
     )
 
 
-def _patched(value: bytes | None, blob: bytes, pos: int, count: int) -> bytes:
-    """`value` with a patch entry's `count` changes (at `pos` of `blob`) applied."""
+def log_patch_ref_entry(ref: int, changes: list[tuple[int, int]]) -> bytes:
+    """A patch of the record put by the log's `ref`-th guaranteed-topic put (offsets below
+    65,536; the engine writes these itself)."""
+    return (
+        bytes([_LOG_PATCH_REF])
+        + ref.to_bytes(4, "big")
+        + bytes([len(changes)])
+        + b"".join(off.to_bytes(2, "big") + bytes([byte]) for off, byte in changes)
+    )
+
+
+def log_delete_ref_entry(ref: int) -> bytes:
+    return bytes([_LOG_DEL_REF]) + ref.to_bytes(4, "big")
+
+
+def _patched(value: bytes | None, blob: bytes, pos: int, count: int, width: int = 4) -> bytes:
+    """`value` with a patch entry's `count` changes (at `pos` of `blob`, each an offset of
+    `width` octets and the byte) applied."""
     if value is None:
         raise ValueError("a patch of a record the log did not put before it")
     out = bytearray(value)
-    for i in range(pos, pos + 5 * count, 5):
-        off = int.from_bytes(blob[i : i + 4], "big")
+    for i in range(pos, pos + (width + 1) * count, width + 1):
+        off = int.from_bytes(blob[i : i + width], "big")
         if off >= len(out):
             raise ValueError("a patch past its record's end")
-        out[off] = blob[i + 4]
+        out[off] = blob[i + width]
     return bytes(out)
 
 
@@ -288,14 +311,34 @@ def read_log(store: TerminusStore) -> LogReplay:
     parse (never skipped: it holds deliveries)."""
     out = LogReplay()
     changes = out.changes
+    puts: list[bytes] = []  # the guaranteed topics' puts' keys, by number (LogRefs)
     for blob in store.log_read():
         out.entries += 1
         pos, n = 0, len(blob)
         try:
             while pos < n:
+                op = blob[pos]
+                if op == _LOG_PATCH_REF or op == _LOG_DEL_REF:
+                    if pos + 5 > n:
+                        raise ValueError("truncated record number")
+                    ref = int.from_bytes(blob[pos + 1 : pos + 5], "big")
+                    if ref >= len(puts):
+                        raise ValueError(f"record number {ref} names no put before it")
+                    key = puts[ref]
+                    pos += 5
+                    if op == _LOG_DEL_REF:
+                        changes[key] = None
+                        continue
+                    if pos + 1 > n:
+                        raise ValueError("truncated patch count")
+                    count = blob[pos]
+                    if pos + 1 + 3 * count > n:
+                        raise ValueError("truncated patch")
+                    changes[key] = _patched(changes.get(key), blob, pos + 1, count, 2)
+                    pos += 1 + 3 * count
+                    continue
                 if pos + 3 > n:
                     raise ValueError("truncated")
-                op = blob[pos]
                 klen = int.from_bytes(blob[pos + 1 : pos + 3], "big")
                 key = blob[pos + 3 : pos + 3 + klen]
                 pos += 3 + klen
@@ -310,6 +353,8 @@ def read_log(store: TerminusStore) -> LogReplay:
                         raise ValueError("truncated value")
                     pos += 4 + vlen
                     changes[key] = value
+                    if key.startswith(GUARANTEE_PREFIXES):
+                        puts.append(key)
                 elif op == _LOG_PATCH:
                     if pos + 2 > n:
                         raise ValueError("truncated patch count")

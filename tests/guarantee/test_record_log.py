@@ -85,10 +85,28 @@ def _commit(g: Guarantees, t: Any) -> None:
     g.flush()
 
 
+def _numbers_on(g: Guarantees, engine: Router, c: _Committer, t: Any) -> None:
+    """A checkpoint first: the log's puts are numbered (LogRefs) from one the router's
+    guaranteed topics saw empty it (what a log held before may be counted by no one)."""
+    warm = _rec(b"warm-up")
+    t._save_origin(warm, True)
+    _commit(g, t)
+    warm.settled = True
+    t._save_origin(warm, False)
+    _commit(g, t)
+    assert c.appends[-1][:1] == b"U"  # (numbers off: the patch names its key)
+    t._delete_origin(warm)
+    _commit(g, t)
+    engine.checkpoint()
+    c.appends.clear()
+    c.checkpoints.clear()
+
+
 def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")
     assert t is not None
+    _numbers_on(g, engine, c, t)
     new, old = _rec(b"N"), _rec(b"O", body=None)
     t._save_origin(new, True)
     _commit(g, t)
@@ -100,6 +118,19 @@ def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() 
     _commit(g, t)
     assert len(c.appends) == 3 and not c.checkpoints  # one append per commit, in order
     assert PREFIX + b"m/N" in c.appends[0] and PREFIX + b"o/O" in c.appends[1]
+    # the deletes name the records the log put by number (LogRefs), five octets each; the
+    # body the log never put (the store may hold it) by its key
+    numbers = _numbered(c.appends)
+    assert (
+        c.appends[2]
+        == b"".join(
+            b"d" + numbers.index(PREFIX + k).to_bytes(4, "big") for k in (b"o/N", b"m/N", b"o/O")
+        )
+        + b"D"
+        + len(PREFIX + b"m/O").to_bytes(2, "big")
+        + PREFIX
+        + b"m/O"
+    )
     replayed = _replay(c.appends)
     assert replayed[PREFIX + b"o/N"] is None and replayed[PREFIX + b"o/O"] is None
     engine.checkpoint()
@@ -139,6 +170,7 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")
     assert t is not None
+    _numbers_on(g, engine, c, t)
     pub, key = ("publisher-container", "publisher-link"), PREFIX + b"o/P"
 
     def rec(settled: bool, *states: int) -> OriginRecord:
@@ -147,20 +179,31 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     first, accepted, done = rec(False, 0, 0, 0), rec(False, 1, 0, 1), rec(True, 2, 1, 2)
     t._save_origin(first, True)
     _commit(g, t)
+    # the record changed as the router changes it (the same object): the patches name it by
+    # its put's number (LogRefs)
     for r in (accepted, accepted, done):
-        t._save_origin(r, False)
+        first.subs, first.settled = r.subs, r.settled
+        t._save_origin(first, False)
         _commit(g, t)
     assert len(c.appends) == 3  # (the second `accepted` changed nothing: nothing to append)
     whole = len(first.encode_state())
     # (the topic's mark only in the first: a put of the value the log holds logs nothing)
     assert c.appends[0].endswith(b"P\x00\x05" + MARK + b"\x00\x00\x00\x00")
     for blob, changed in ((c.appends[1], 2), (c.appends[2], 4)):
-        patch = b"U\x00\x08" + key + changed.to_bytes(2, "big")
-        assert blob.startswith(patch) and len(blob) == len(patch) + 5 * changed, blob
-        assert len(patch) + 5 * changed < whole
+        # (the record named by the number of its put: LogRefs)
+        patch = b"u" + _numbered(c.appends).index(key).to_bytes(4, "big") + bytes([changed])
+        assert blob.startswith(patch) and len(blob) == len(patch) + 3 * changed, blob
+        assert len(patch) + 3 * changed < whole
     assert _replay(c.appends)[key] == done.encode_state() == engine.journal[key]
+    # another object for the record (none of its numbers): a patch naming its key
+    t._save_origin(rec(True, 2, 2, 1), False)
+    _commit(g, t)
+    patch = b"U\x00\x08" + key + (2).to_bytes(2, "big")
+    assert c.appends[-1].startswith(patch) and len(c.appends[-1]) == len(patch) + 10
+    assert _replay(c.appends)[key] == rec(True, 2, 2, 1).encode_state() == engine.journal[key]
     engine.checkpoint()
-    assert c.checkpoints[-1][0][key] == done.encode_state()
+    since = len(c.appends)  # (the checkpoint emptied the log: it begins again here)
+    assert c.checkpoints[-1][0][key] == rec(True, 2, 2, 1).encode_state()
     t._save_origin(rec(True, 2, 2, 2), False)
     _commit(g, t)
     assert c.appends[-1][:1] == b"P"
@@ -172,7 +215,36 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     t._save_origin(many[1], False)
     _commit(g, t)
     assert c.appends[-1].startswith(b"P\x00\x08" + PREFIX + b"o/M")
-    assert _replay(c.appends)[PREFIX + b"o/M"] == many[1].encode_state()
+    assert _replay(c.appends[since:])[PREFIX + b"o/M"] == many[1].encode_state()
+
+
+def test_numbers_begin_at_once_on_a_log_folded_at_start_up() -> None:
+    """`Guarantees.start` folds the previous run's log into the records, so the log holds
+    none of the topics' puts: its numbers (LogRefs.begin) name records from the first
+    entry, with no checkpoint first; the replay gives what the net changes hold."""
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    g.log_refs.begin()
+    rec = _rec(b"S")
+    t._save_origin(rec, True)
+    _commit(g, t)
+    rec.settled = True
+    t._save_origin(rec, False)
+    _commit(g, t)
+    numbers = _numbered(c.appends)
+    patch = c.appends[1]  # (the settled byte: one change)
+    assert patch == b"u" + numbers.index(PREFIX + b"o/S").to_bytes(4, "big") + b"\x01" + patch[6:]
+    assert len(patch) == 9
+    assert (
+        _replay(c.appends)[PREFIX + b"o/S"] == rec.encode_state() == engine.journal[PREFIX + b"o/S"]
+    )
+    t._delete_origin(rec)
+    _commit(g, t)
+    assert c.appends[2] == b"".join(
+        b"d" + numbers.index(PREFIX + k).to_bytes(4, "big") for k in (b"o/S", b"m/S")
+    )
+    assert _replay(c.appends)[PREFIX + b"o/S"] is None and not engine.jborn
 
 
 def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
@@ -260,15 +332,44 @@ def _replay(appends: list[bytes]) -> dict[bytes, bytes | None]:
         store.close()
 
 
-def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None]]:
-    """What a dead router's LMDB store holds: its origin records, and the log's net changes."""
+def _entries(appends: list[bytes]) -> list[tuple[bytes, bytes | None]]:
+    """The log's entries in order: (kind, key; None for one naming its record by number)."""
+    out: list[tuple[bytes, bytes | None]] = []
+    for blob in appends:
+        pos = 0
+        while pos < len(blob):
+            op = blob[pos : pos + 1]
+            if op in (b"u", b"d"):
+                out.append((op, None))
+                pos += 5 + (1 + 3 * blob[pos + 5] if op == b"u" else 0)
+                continue
+            klen = int.from_bytes(blob[pos + 1 : pos + 3], "big")
+            key = blob[pos + 3 : pos + 3 + klen]
+            out.append((op, key))
+            pos += 3 + klen
+            if op == b"P":
+                pos += 4 + int.from_bytes(blob[pos : pos + 4], "big")
+            elif op == b"U":
+                pos += 2 + 5 * int.from_bytes(blob[pos : pos + 2], "big")
+    return out
+
+
+def _numbered(appends: list[bytes]) -> list[bytes]:
+    """The guaranteed topics' keys the log's puts gave their numbers to (LogRefs), in order."""
+    return [k for op, k in _entries(appends) if op == b"P" and k is not None]
+
+
+def _logged(path: Path) -> tuple[list[bytes], dict[bytes, bytes | None], int]:
+    """What a dead router's LMDB store holds: its origin records, the log's net changes, and
+    how many of the log's entries name their record by number (LogRefs)."""
     store = open_store("lmdb", str(path))
     try:
         stored = [k for k, _ in store.scan(b"eo/" + TOPIC.encode() + b"/o/")]
         changes = {k: v for k, v in read_log(store).changes.items() if k.startswith(b"eo/")}
+        numbered = sum(1 for _, k in _entries(store.log_read()) if k is None)
     finally:
         store.close()
-    return stored, changes
+    return stored, changes, numbered
 
 
 @pytest.mark.skipif(not stores.available("lmdb"), reason="needs the lmdb store: pip install lmdb")
@@ -293,7 +394,7 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
         r.kill()
 
         # the records were delivered from, so they are durable: in the log, not the records
-        stored, changes = await asyncio.to_thread(_logged, path)
+        stored, changes, _ = await asyncio.to_thread(_logged, path)
         assert stored == [], "a checkpoint ran: the test proves nothing"
         origins = [k for k, v in changes.items() if b"/o/" in k and v is not None]
         bodies = [v for k, v in changes.items() if b"/m/" in k and v is not None]
@@ -324,9 +425,11 @@ def test_records_only_in_the_log_survive_sigkill_and_deliver_exactly_once(
             lambda: f"records: {topic_rows(url)}",
         )
         r1.kill()
-        stored, changes = await asyncio.to_thread(_logged, path)
+        stored, changes, numbered = await asyncio.to_thread(_logged, path)
         # the records hold the first n (the fold at start put them) and nothing else; the
-        # log deletes them, and the m made since were put and deleted in the log alone
+        # log deletes them, and the m made since were put and deleted in the log alone, by
+        # number (the log's numbers begin at the start-up fold: two deletes each at least)
+        assert numbered >= 2 * m, numbered
         assert len(stored) == n and all(changes.get(k, b"") is None for k in stored), stored
         origins = [k for k in changes if b"/o/" in k]
         assert len(origins) == n + m and all(changes[k] is None for k in origins), changes
