@@ -891,6 +891,8 @@ cdef class LocalRecord:
         for i in range(n if n < ATT_BY_ID else ATT_BY_ID):
             if PyTuple_GET_ITEM(keys, i) == <PyObject *>att:
                 return i
+        if n == 0:
+            return -1  # (a new record: no tuple hashed to ask an empty index)
         pos = self._keys.index.get(att)
         return -1 if pos is None else <Py_ssize_t>pos
 
@@ -914,6 +916,13 @@ cdef class LocalRecord:
         """c_set(att, state) for an `att` the record does not have yet."""
         self._c_take(_keys_plus(self._keys, att))
         self._st[len(self._keys.keys) - 1] = state
+        return 0
+
+    cdef inline int c_add_alone(self, _Keys alone, unsigned char state) except -1:
+        """c_add(alone.keys[0], state) to a record with no attachments yet, taking `alone`
+        (a LocalSub's own, LocalSub.c_alone) as its keys."""
+        self._c_take(alone)
+        self._st[0] = state
         return 0
 
     def _names(self):
@@ -1065,6 +1074,17 @@ cdef class LocalSub:
     cdef public object queue  # deque of out tags to deliver, in order; a HELD head blocks
     cdef public bint resumable  # False: the client cannot resume (e.g. proton)
     cdef public object stamp  # attach_stamp() when it attached: the order of attachments
+    # the keys of a local record with this attachment alone, made of this very id object
+    # (c_alone): not _keys_of's, shared by every equal id, whose tuple may hold an equal id
+    # that is another object (a recovered record's, a placeholder's), which LocalRecord.c_pos
+    # would then find only through its index, hashing the tuple at every look-up
+    cdef _Keys _alone
+
+    cdef _Keys c_alone(self):
+        cdef _Keys alone = self._alone
+        if alone is None or PyTuple_GET_ITEM(alone.keys, 0) != <PyObject *>self.att:
+            alone = self._alone = _Keys((self.att,))  # (made again if `att` is replaced)
+        return alone
 
     def __init__(self, tuple att, tuple sub, dict attach_map, queue, bint resumable=True,
                  stamp=0):
@@ -1927,7 +1947,10 @@ cdef class EoCore:
             # what the later look-ups pass, found by identity (LocalRecord.c_pos)
             att = ls.att
             if rec.c_pos(att) < 0:
-                rec.c_add(att, L_QUEUED)
+                if rec._keys is _NO_KEYS:  # (the first: the attachment's own keys)
+                    rec.c_add_alone(ls.c_alone(), L_QUEUED)
+                else:
+                    rec.c_add(att, L_QUEUED)
                 ls.queue.append(out_tag)
                 # (not one of the HELD: those were in the record)
                 if first is None:
