@@ -2043,10 +2043,12 @@ cdef class EoCore:
                         seen = {first, ls.sub}
                     else:
                         seen.add(ls.sub)
+        # (staged as a record's fields, as c_subscriber_settled's SEEN: the same message, in
+        # the same place, written octet for octet as its tuple would be, with no tuple made)
         if seen is not None and len(seen) > 1:
-            self._c_to_router(sender, ("SEEN", self.topic, out_tag, tuple(sorted(seen))))
+            self._c_rec_to(sender, REC_SEEN, out_tag, tuple(sorted(seen)))
         elif first is not None:
-            self._c_to_router(sender, ("SEEN", self.topic, out_tag, (first,)))
+            self._c_rec_to(sender, REC_SEEN, out_tag, (first,))
         # _c_maybe_drop_local(rec) of a settled record still in `_locals` (found or put there
         # above; _c_to_router only queues our own messages), without looking it up again
         if self._drop_on_settle or (
