@@ -1079,6 +1079,16 @@ cdef class LocalSub:
     # that is another object (a recovered record's, a placeholder's), which LocalRecord.c_pos
     # would then find only through its index, hashing the tuple at every look-up
     cdef _Keys _alone
+    # (sub,): the subscribers an ACCEPT or SEEN of this attachment alone names, made once
+    # (c_subs1), so the records of every message share it (and the origin's look-up of its
+    # positions, _c_held_positions, which goes by the tuple object, finds it kept)
+    cdef tuple _subs1
+
+    cdef tuple c_subs1(self):
+        cdef tuple subs1 = self._subs1
+        if subs1 is None or PyTuple_GET_ITEM(subs1, 0) != <PyObject *>self.sub:
+            subs1 = self._subs1 = (self.sub,)  # (made again if `sub` is replaced)
+        return subs1
 
     cdef _Keys c_alone(self):
         cdef _Keys alone = self._alone
@@ -1786,7 +1796,7 @@ cdef class EoCore:
         cdef Py_ssize_t pos = rec.c_pos(ls.att) if rec is not None and ls is not None else -1
         if pos >= 0 and rec._st[pos] == L_SETTLING:
             rec._st[pos] = L_SEEN
-            seen = (ls.sub,)
+            seen = ls.c_subs1()
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
@@ -2030,6 +2040,7 @@ cdef class EoCore:
                 rec._st[i] = L_SEEN  # never sent: nothing to see
         # the subscribers of `targets` here that have seen it: usually one, sent as is
         first = None
+        cdef LocalSub first_ls = None
         seen = None
         for att in targets:
             ls = self._c_local_sub(att)
@@ -2039,6 +2050,7 @@ cdef class EoCore:
                 if st == -1 or st == L_SEEN:
                     if first is None:
                         first = ls.sub
+                        first_ls = ls
                     elif seen is None:
                         seen = {first, ls.sub}
                     else:
@@ -2048,7 +2060,7 @@ cdef class EoCore:
         if seen is not None and len(seen) > 1:
             self._c_rec_to(sender, REC_SEEN, out_tag, tuple(sorted(seen)))
         elif first is not None:
-            self._c_rec_to(sender, REC_SEEN, out_tag, (first,))
+            self._c_rec_to(sender, REC_SEEN, out_tag, first_ls.c_subs1())
         # _c_maybe_drop_local(rec) of a settled record still in `_locals` (found or put there
         # above; _c_to_router only queues our own messages), without looking it up again
         if self._drop_on_settle or (
@@ -2510,7 +2522,7 @@ cdef class EoCore:
             return
         cdef tuple keys = rec._keys.keys
         if len(keys) == 1:
-            subs = (self._c_sub_here(keys[0]).sub,)
+            subs = self._c_sub_here(keys[0]).c_subs1()
         else:
             subs = tuple(sorted({self._c_sub_here(att).sub for att in keys}))
         drivers = rec._drivers
