@@ -896,6 +896,8 @@ cdef class LocalRecord:
         for i in range(n if n < ATT_BY_ID else ATT_BY_ID):
             if PyTuple_GET_ITEM(keys, i) == <PyObject *>att:
                 return i
+        if n == 0:
+            return -1  # (a new record: no tuple hashed to ask an empty index)
         pos = self._keys.index.get(att)
         return -1 if pos is None else <Py_ssize_t>pos
 
@@ -919,6 +921,13 @@ cdef class LocalRecord:
         """c_set(att, state) for an `att` the record does not have yet."""
         self._c_take(_keys_plus(self._keys, att))
         self._st[len(self._keys.keys) - 1] = state
+        return 0
+
+    cdef inline int c_add_alone(self, _Keys alone, unsigned char state) except -1:
+        """c_add(alone.keys[0], state) to a record with no attachments yet, taking `alone`
+        (a LocalSub's own, LocalSub.c_alone) as its keys."""
+        self._c_take(alone)
+        self._st[0] = state
         return 0
 
     def _names(self):
@@ -1070,6 +1079,27 @@ cdef class LocalSub:
     cdef public object queue  # deque of out tags to deliver, in order; a HELD head blocks
     cdef public bint resumable  # False: the client cannot resume (e.g. proton)
     cdef public object stamp  # attach_stamp() when it attached: the order of attachments
+    # the keys of a local record with this attachment alone, made of this very id object
+    # (c_alone): not _keys_of's, shared by every equal id, whose tuple may hold an equal id
+    # that is another object (a recovered record's, a placeholder's), which LocalRecord.c_pos
+    # would then find only through its index, hashing the tuple at every look-up
+    cdef _Keys _alone
+    # (sub,): the subscribers an ACCEPT or SEEN of this attachment alone names, made once
+    # (c_subs1), so the records of every message share it (and the origin's look-up of its
+    # positions, _c_held_positions, which goes by the tuple object, finds it kept)
+    cdef tuple _subs1
+
+    cdef tuple c_subs1(self):
+        cdef tuple subs1 = self._subs1
+        if subs1 is None or PyTuple_GET_ITEM(subs1, 0) != <PyObject *>self.sub:
+            subs1 = self._subs1 = (self.sub,)  # (made again if `sub` is replaced)
+        return subs1
+
+    cdef _Keys c_alone(self):
+        cdef _Keys alone = self._alone
+        if alone is None or PyTuple_GET_ITEM(alone.keys, 0) != <PyObject *>self.att:
+            alone = self._alone = _Keys((self.att,))  # (made again if `att` is replaced)
+        return alone
 
     def __init__(self, tuple att, tuple sub, dict attach_map, queue, bint resumable=True,
                  stamp=0):
@@ -1774,7 +1804,7 @@ cdef class EoCore:
         cdef Py_ssize_t pos = rec.c_pos(ls.att) if rec is not None and ls is not None else -1
         if pos >= 0 and rec._st[pos] == L_SETTLING:
             rec._st[pos] = L_SEEN
-            seen = (ls.sub,)
+            seen = ls.c_subs1()
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
@@ -1935,7 +1965,10 @@ cdef class EoCore:
             # what the later look-ups pass, found by identity (LocalRecord.c_pos)
             att = ls.att
             if rec.c_pos(att) < 0:
-                rec.c_add(att, L_QUEUED)
+                if rec._keys is _NO_KEYS:  # (the first: the attachment's own keys)
+                    rec.c_add_alone(ls.c_alone(), L_QUEUED)
+                else:
+                    rec.c_add(att, L_QUEUED)
                 ls.queue.append(out_tag)
                 # (not one of the HELD: those were in the record)
                 if first is None:
@@ -2015,6 +2048,7 @@ cdef class EoCore:
                 rec._st[i] = L_SEEN  # never sent: nothing to see
         # the subscribers of `targets` here that have seen it: usually one, sent as is
         first = None
+        cdef LocalSub first_ls = None
         seen = None
         for att in targets:
             ls = self._c_local_sub(att)
@@ -2024,14 +2058,17 @@ cdef class EoCore:
                 if st == -1 or st == L_SEEN:
                     if first is None:
                         first = ls.sub
+                        first_ls = ls
                     elif seen is None:
                         seen = {first, ls.sub}
                     else:
                         seen.add(ls.sub)
+        # (staged as a record's fields, as c_subscriber_settled's SEEN: the same message, in
+        # the same place, written octet for octet as its tuple would be, with no tuple made)
         if seen is not None and len(seen) > 1:
-            self._c_to_router(sender, ("SEEN", self.topic, out_tag, tuple(sorted(seen))))
+            self._c_rec_to(sender, REC_SEEN, out_tag, tuple(sorted(seen)))
         elif first is not None:
-            self._c_to_router(sender, ("SEEN", self.topic, out_tag, (first,)))
+            self._c_rec_to(sender, REC_SEEN, out_tag, first_ls.c_subs1())
         # _c_maybe_drop_local(rec) of a settled record still in `_locals` (found or put there
         # above; _c_to_router only queues our own messages), without looking it up again
         if self._drop_on_settle or (
@@ -2495,7 +2532,7 @@ cdef class EoCore:
             return
         cdef tuple keys = rec._keys.keys
         if len(keys) == 1:
-            subs = (self._c_sub_here(keys[0]).sub,)
+            subs = self._c_sub_here(keys[0]).c_subs1()
         else:
             subs = tuple(sorted({self._c_sub_here(att).sub for att in keys}))
         drivers = rec._drivers

@@ -36,6 +36,21 @@ from qrouter._fast.eo_core cimport (
 
 _eo_log = logging.getLogger("qrouter.guarantee")
 
+cdef extern from *:
+    """
+    /* A dict's version (PEP 509), as eo_core.pyx's eo_dict_version: an equal version means
+       the same dict, unchanged; 0: unknown (Python 3.12 on), then the callers ask the dict. */
+    static CYTHON_INLINE unsigned long long eol_dict_version(PyObject *d) {
+    #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION) && !defined(Py_LIMITED_API)
+        return (unsigned long long)((PyDictObject *)d)->ma_version_tag;
+    #else
+        (void)d;
+        return 0;
+    #endif
+    }
+    """
+    unsigned long long eol_dict_version(dict d)
+
 
 cdef class EoEntry:
     """A guaranteed topic's link attached here (`Link.eo`)."""
@@ -223,6 +238,13 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     cdef object _clock_of  # the loop whose `time` `_clock` is (c_now: no lookup per input)
     cdef object _clock
     cdef int _uv_clock  # -1: call `_clock`; else the clock id uvloop's `time` reads (c_now)
+    # c_sub's last answer: the attachment id object it was asked for (held, so its address is
+    # never another object's), its EoSub, and `subs`' version (PEP 509) then. The core's
+    # deliver and settle outputs name a subscriber by its LocalSub's own id, the same object
+    # output after output, and a tuple's hash is computed anew at every dict look-up
+    cdef object _sub_att
+    cdef EoSub _sub_hit
+    cdef unsigned long long _sub_version
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -304,8 +326,22 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     def _out_accept_publisher(self, topic, pub, tag):
         self.c_accept_publisher(topic, pub, tag, None)
 
+    cdef EoSub c_sub(self, att):
+        """self.subs.get(att): the last answer again while `subs` is unchanged and `att` is
+        the same object."""
+        cdef dict subs = self.subs
+        cdef unsigned long long version = eol_dict_version(subs)
+        if version and version == self._sub_version and att is self._sub_att:
+            return self._sub_hit
+        cdef EoSub s = subs.get(att)
+        if version:  # (kept when None too: a gone EoSub is let go at the next miss)
+            self._sub_att = att
+            self._sub_hit = s
+            self._sub_version = version
+        return s
+
     cdef int c_deliver(self, att, bytes out_tag, bytes body, bint resume) except -1:
-        cdef EoSub s = self.subs.get(att)
+        cdef EoSub s = self.c_sub(att)
         if s is None:
             return 0
         prefix = tag = None
@@ -318,7 +354,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         return 0
 
     cdef int c_settle_subscriber(self, att, bytes out_tag) except -1:
-        cdef EoSub s = self.subs.get(att)
+        cdef EoSub s = self.c_sub(att)
         if s is None:
             return 0
         cdef Delivery d = s.deliveries.pop(out_tag, None)

@@ -174,3 +174,24 @@ def test_a_peers_attachment_ids_are_taken_by_value_and_hints_end_with_the_attach
     net.pump()
     b.receive("A", fwd(b"t3"), 0.0)
     assert [d[1:3] for d in net.take("deliver")] == [(b2, outgoing_tag(*P, b"t3"))]
+
+
+def test_a_new_local_record_keeps_the_attachments_own_id_after_an_equal_one() -> None:
+    """A record's first attachment is keyed by the LocalSub's own id object, even when an
+    equal id (another object: a placeholder's, a recovered record's) went through the key
+    sets shared by equal ids first: the look-ups by the attachment's id (LocalRecord.c_pos)
+    then find it by identity, not by hashing the tuple each time."""
+    net = Net("AB")
+    b = net.r["B"]
+    b1 = b.subscriber_attached(S1, [], 0.0)
+    net.pump()
+    twin = tuple(list(b1))  # equal, not the same object
+    assert twin == b1 and twin is not b1
+    LocalRecord(b"x" * 32).set_sub(twin, LocalState.QUEUED)  # into the shared key sets
+    net.r["A"].publisher_attached(P, [], 0.0)
+    for tag in (b"t1", b"t2"):
+        net.r["A"].publisher_transfer(P, tag, b"m", 0.0)
+        net.pump()
+        (att,) = b.local_records()[outgoing_tag(*P, tag)].subs
+        assert att is b1
+    assert [d[1] for d in net.take("deliver")] == [b1, b1]
