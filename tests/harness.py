@@ -208,6 +208,14 @@ class Process(subprocess.Popen):  # type: ignore[type-arg]
         self.reported = False
         self.stopping = False  # stop() was called: an exit from now on is expected
         self.args_list = list(args)
+        # A process started again under the same name (a router restarted on its store) keeps
+        # its predecessor's log as <name>.out.1, .2 ...: the lines before a kill are what
+        # explains a failure after the restart. The new log starts empty, as tests read it.
+        if self.outfile.exists():
+            n = 1
+            while self.outfile.with_name(f"{name}.out.{n}").exists():
+                n += 1
+            self.outfile.rename(self.outfile.with_name(f"{name}.out.{n}"))
         self.cmdfile.write_text(" ".join(self.args_list) + "\n")
         self._out = open(self.outfile, "wb")  # noqa: SIM115 - closed in teardown
         full_env = dict(os.environ)

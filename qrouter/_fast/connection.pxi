@@ -551,6 +551,11 @@ cdef class Connection:
             if not more:
                 break
         self.touch()
+        if out.settle_written:
+            # settled awaiting the peer before it could be written (Delivery.c_settle): the
+            # TRANSFER is out, the settling DISPOSITION follows it
+            out.settle_written = False
+            out.c_settle(True)
         if presettled and inb is not None:
             if not inb.presettled:
                 # the consumer asked for settled deliveries (at-most-once): its copy is done

@@ -32,6 +32,7 @@ cdef class Delivery:
     cdef bint presettled          # the sender settled it on the first frame (at-most-once)
     cdef bint settled             # settled at our end (no longer in the session's unsettled map)
     cdef bint sent                # outbound: its first TRANSFER was written (the peer may have it)
+    cdef bint settle_written      # outbound: settled awaiting the peer before it was written
     cdef Py_ssize_t offset        # outbound: payload bytes already written (frames split)
     cdef int remote_state         # last state the peer reported (descriptor code, 0 = none)
     cdef bytes remote_state_raw   # that state encoded, forwarded as it came
@@ -140,12 +141,21 @@ cdef class Delivery:
         """Sender side: settle a delivery Python sent (e.g. once its outcome is known).
         `await_peer`: keep it until the receiver settles in return, which on_outcome reports
         (settled, no state): exactly-once topics take that as proof that the subscriber has
-        seen the settlement. One not yet written is dropped unseen (send_pending)."""
+        seen the settlement. One not yet written is dropped unseen (send_pending), unless the
+        peer is awaited: then it is written first and settled once written."""
         self.c_settle(await_peer)
 
     cdef int c_settle(self, bint await_peer) except -1:
         cdef Link link = self.link
         if link is None or self.settled:
+            return 0
+        if not self.sent and await_peer:
+            # The settlement is what this delivery carries (eo_links.pxi c_settle_subscriber: an
+            # empty resumed transfer, 2.6.13, naming a delivery the subscriber reported on
+            # attach), and it waits for the peer's credit. Dropped unseen, it would leave the
+            # peer holding the delivery and us waiting for its settle in return, for ever:
+            # write_transfer settles it once it is written.
+            self.settle_written = True
             return 0
         self.settled = True
         if not self.sent:

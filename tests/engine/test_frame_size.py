@@ -79,7 +79,7 @@ class EndpointPair:
     """An engine Connection in client mode (as qrouter/client.py and guaranteed topics use
     it: Link.send with the router's tags) wired in memory to a proton server Transport."""
 
-    def __init__(self, max_frame_size: int) -> None:
+    def __init__(self, max_frame_size: int, credit: int = 1000) -> None:
         self.engine = Router("frame-size-client")
         self.conn = Connection(self.engine, _Quiet())
         self.transport = proton.Transport(proton.Transport.SERVER)
@@ -104,7 +104,8 @@ class EndpointPair:
         rcv = self.connection.link_head(0)
         assert rcv is not None and rcv.is_receiver
         rcv.open()
-        rcv.flow(1000)
+        if credit:
+            rcv.flow(credit)
         self.receiver = rcv
         self.pump()
         assert self.conn.remote_max_frame_size == max_frame_size

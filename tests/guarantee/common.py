@@ -296,7 +296,8 @@ async def drained(
     await wait_until(
         lambda: all(s.receiver.unsettled == 0 for s in subs),
         timeout,
-        lambda: f"subscribers unsettled {[s.receiver.unsettled for s in subs]}",
+        # the tags too: a router's log (kept for a restarted one as <name>.out.1) tells its story
+        lambda: f"subscribers unsettled {[s.receiver.unsettled_tags()[:5] for s in subs]}",
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
