@@ -2062,9 +2062,9 @@ cdef class EoCore:
                     else:
                         seen.add(ls.sub)
         if seen is not None and len(seen) > 1:
-            self._c_to_router(sender, ("SEEN", self.topic, out_tag, tuple(sorted(seen))))
+            self._c_seen_to(sender, out_tag, tuple(sorted(seen)), rec._origin)
         elif first is not None:
-            self._c_to_router(sender, ("SEEN", self.topic, out_tag, (first,)))
+            self._c_seen_to(sender, out_tag, (first,), rec._origin)
         if rec._origin is not None and rec.c_all_seen():
             rec._origin = None  # (settled, and no SEEN left to send from here)
         # _c_maybe_drop_local(rec) of a settled record still in `_locals` (found or put there
@@ -2073,6 +2073,16 @@ cdef class EoCore:
             rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
         ):
             del self._locals[out_tag]
+
+    cdef int _c_seen_to(self, sender, bytes out_tag, tuple seen, OriginRecord hint) except -1:
+        """("SEEN", topic, out_tag, seen) to the router that sent the SETTLE: to ourselves as
+        the loopback's record with its origin record's hint (_c_own_next hands it to
+        _c_on_seen, as _c_own would the tuple), to a peer as the tuple, as before."""
+        if sender is self.router_id or sender == self.router_id:
+            self._own.push_record(REC_SEEN, None, hint, out_tag, seen, None, None, None)
+        else:
+            self._c_to_router(sender, ("SEEN", self.topic, out_tag, seen))
+        return 0
 
     cdef _c_on_seen(self, bytes out_tag, tuple seen, OriginRecord hint=None):
         """`hint`: our own SEEN's record (its local record's `_origin`), else None."""
