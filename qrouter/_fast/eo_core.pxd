@@ -7,7 +7,8 @@ from cpython.ref cimport PyObject
 cdef enum:
     OUT_DELIVER = 0  # a = att, b = out tag, c = body, flag = resume
     OUT_SETTLE_SUBSCRIBER = 1  # a = att, b = out tag
-    OUT_ACCEPT_PUBLISHER = 2  # topic, a = pub, b = tag, c = its out tag (None: not known)
+    OUT_ACCEPT_PUBLISHER = 2  # topic, a = pub, b = tag, c = its out tag (None: not known),
+    #                           d = its origin record, a hint for eo_publisher_settled (or NULL)
     OUT_TO_ROUTER = 3  # a = router id, b = message
     OUT_PORT = 4  # a port's method at the end of the input (log, resend): a = name, b = args
     OUT_CALL = 5  # a(*b) after the commit (an output staged from Python)
@@ -74,6 +75,7 @@ cdef class RouterOutbox:
 # engine's client links (eo_links.pxi); `core` is an EoCore (TypeError otherwise)
 cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1
 # (out_tag: the delivery's outgoing tag when the caller has it, else None: computed)
-cdef int eo_publisher_settled(core, pub, tag, out_tag, double now) except -1
+# (origin: the OUT_ACCEPT_PUBLISHER's record, a hint the core checks, or None)
+cdef int eo_publisher_settled(core, pub, tag, out_tag, origin, double now) except -1
 cdef int eo_subscriber_accepted(core, att, out_tag, double now) except -1
 cdef int eo_subscriber_settled(core, att, out_tag, double now) except -1

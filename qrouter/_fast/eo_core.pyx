@@ -438,6 +438,16 @@ cdef class OriginRecord:
     cdef unsigned long long _sgen
     # the `uid` of the TopicMemory whose `origins` holds it (commit_memory): 0 if none does
     cdef unsigned long long _mem_uid
+    # the `_uid` of the core whose `_origins` holds it under its out tag, else 0: set where
+    # the core puts it there (c_publisher_transfer), cleared where the core takes it out
+    # (_c_delete_origin, the only place a record leaves `_origins`), so a hint that names
+    # the record (an accept output, a local record's `_origin`) stands for that core's
+    # look-up (EoCore._c_origin). 0 for a record put there by Python (recovery): looked up
+    cdef unsigned long long _held_by
+    # the core's staging generation (EoCore._sgen) when it put the record in `_origins`
+    # (with `_held_by`): one held since an earlier generation has no tag in `_gone`
+    # (EoCore._c_not_gone)
+    cdef unsigned long long _put_sgen
     # Not persisted: what has been sent in the current connection incarnations.
     cdef public bint accepted_sent
     # as bits by attachment slot of the topic's `_slots` (set by the core when it sets a bit),
@@ -771,6 +781,12 @@ cdef class LocalRecord:
     cdef unsigned char _inline[INLINE_ATTS]
     cdef public bint settled
     cdef public long long settled_epoch  # barrier epoch when the settlement arrived
+    # this router's origin record of the same out tag when this router drives it (its own
+    # FWD made or reached this record): the ACCEPT and SEEN this record sends to its own
+    # router name it, so that they need no look-up in `_origins` (EoCore._c_origin checks
+    # it is held there); None otherwise, and once every subscriber here has seen the
+    # settlement (no more of those to send)
+    cdef OriginRecord _origin
 
     def __cinit__(self):
         self._keys = _NO_KEYS
@@ -1564,6 +1580,7 @@ cdef enum:
 
 
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
+cdef unsigned long long _core_uid_last = 0  # the last EoCore._uid given
 
 
 # Our own messages (to this router) go through the core's loopback (EoCore._own, an OutQueue
@@ -1677,6 +1694,9 @@ cdef class EoCore:
     # (the wire decoder's span cache), and a tuple's hash is not cached
     cdef list _ls_hint
     cdef unsigned long long _ls_version
+    # this core's, unique among the cores (never 0): what a record `_origins` holds says
+    # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
+    cdef unsigned long long _uid
 
     def __cinit__(self):
         self._sub_order = {}
@@ -1690,6 +1710,9 @@ cdef class EoCore:
         self._gone = {}
         self._known = set()
         self._c_new_sgen()
+        global _core_uid_last
+        _core_uid_last += 1
+        self._uid = _core_uid_last
 
     def bind_router(self, g, bytes prefix, bytes mark):
         """Stage commits and outputs in the router `g` (qrouter/guarantee.py's Guarantees):
@@ -1733,6 +1756,8 @@ cdef class EoCore:
             # every subscriber of view.subscribers() PENDING
             rec = _new_origin(out_tag, pub, _bytes(tag), _bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
+            rec._held_by = self._uid
+            rec._put_sgen = self._sgen
             owed = link.owed.pop(tag, None) if link.owed else None
             if owed:  # (empty: nothing to merge)
                 self._merge_owed(rec, owed)
@@ -1753,19 +1778,26 @@ cdef class EoCore:
         self._c_flush()
 
     def publisher_settled(self, pub, tag, double now):
-        self.c_publisher_settled(pub, tag, None, now)
+        self.c_publisher_settled(pub, tag, None, None, now)
 
-    cdef c_publisher_settled(self, pub, tag, bytes out_tag, double now):
+    cdef c_publisher_settled(self, pub, tag, bytes out_tag, origin, double now):
         """`out_tag`: the delivery's outgoing tag when the caller has it (the accept output
         carries its record's, the very key of `_origins`: no BLAKE2b again, and its hash
-        cached), else None: computed from `pub` and `tag`, which it is a function of."""
+        cached), else None: computed from `pub` and `tag`, which it is a function of.
+        `origin`: the accept output's record (with `out_tag`), or None: a hint, taken for
+        the look-up while `_origins` holds it (_c_origin)."""
         self._now = now
-        cdef PubLink link = self._pubs.get(pub)
+        cdef PubLink link
         if out_tag is None:
+            # (the link only for its tag state: a publisher's tuple id is hashed afresh at
+            # each look-up, so not looked up when the caller brings the out tag)
+            link = self._pubs.get(pub)
             out_tag = (
                 _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
             )
-        cdef OriginRecord rec = self._origins.get(out_tag)
+        cdef OriginRecord rec = self._c_origin(
+            out_tag, <OriginRecord>origin if type(origin) is OriginRecord else None
+        )
         if rec is not None and not rec.settled:
             self._c_settle_origin(rec)
         self._c_flush()
@@ -1808,10 +1840,13 @@ cdef class EoCore:
             settled_by = rec._settled_by
             if type(settled_by) is set:
                 for router in sorted(<set>settled_by):
-                    self._c_rec_to(router, REC_SEEN, out_tag, seen)
+                    self._c_rec_to(router, REC_SEEN, out_tag, seen, rec._origin)
             elif settled_by is not None:
-                self._c_rec_to(settled_by, REC_SEEN, out_tag, seen)
-            self._c_maybe_drop_local(rec)
+                self._c_rec_to(settled_by, REC_SEEN, out_tag, seen, rec._origin)
+            if rec._origin is not None and rec.c_all_seen():
+                rec._origin = None  # (no more ACCEPT or SEEN from here: not kept alive)
+            # (rec: `_locals`' record of its out tag, found above; _c_rec_to only queues)
+            self._c_drop_local_found(rec)
         self._c_flush()
 
     # -- inter-router messages -------------------------------------------------------------
@@ -1924,7 +1959,8 @@ cdef class EoCore:
         self._c_handle(sender, msg)
 
     cdef _c_on_fwd(self, sender, bytes out_tag, tuple pub, bytes tag, bytes body,
-                   tuple targets):
+                   tuple targets, OriginRecord origin=None):
+        """`origin`: our own FWD's origin record (the loopback's), else None."""
         cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef list touched = None  # the attachments to pump, once more than one
@@ -1945,6 +1981,8 @@ cdef class EoCore:
             self._locals[out_tag] = rec
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
+        if origin is not None:
+            rec._origin = origin  # (the FWD's record, of this out tag)
         rec._drivers = _routers_add(rec._drivers, sender)
         first = None  # the first attachment to pump
         keys = rec._keys.keys
@@ -1978,18 +2016,21 @@ cdef class EoCore:
                     if touched is None:
                         touched = [first]
                     touched.append(att)
+        # (rec is `_locals[out_tag]`, and pumping changes no entry of `_locals`: the queues
+        # that name this very out_tag object take it from here, not from `_locals` again)
         if touched is not None:
             touched.sort()
             for att in touched:
-                self._c_pump(self._c_sub_here(att))
+                self._c_pump(self._c_sub_here(att), out_tag, rec)
         elif first_ls is not None:
-            self._c_pump(first_ls)
+            self._c_pump(first_ls, out_tag, rec)
         elif first is not None:
-            self._c_pump(self._c_sub_here(first))
+            self._c_pump(self._c_sub_here(first), out_tag, rec)
         self._c_check_local_accept(rec)
 
-    cdef _c_on_accept(self, bytes out_tag, tuple accepted):
-        cdef OriginRecord rec = self._origins.get(out_tag)
+    cdef _c_on_accept(self, bytes out_tag, tuple accepted, OriginRecord hint=None):
+        """`hint`: our own ACCEPT's record (its local record's `_origin`), else None."""
+        cdef OriginRecord rec = self._c_origin(out_tag, hint)
         cdef bint changed = False
         cdef _Layout layout
         cdef tuple at
@@ -2066,9 +2107,11 @@ cdef class EoCore:
         # (staged as a record's fields, as c_subscriber_settled's SEEN: the same message, in
         # the same place, written octet for octet as its tuple would be, with no tuple made)
         if seen is not None and len(seen) > 1:
-            self._c_rec_to(sender, REC_SEEN, out_tag, tuple(sorted(seen)))
+            self._c_rec_to(sender, REC_SEEN, out_tag, tuple(sorted(seen)), rec._origin)
         elif first is not None:
-            self._c_rec_to(sender, REC_SEEN, out_tag, first_ls.c_subs1())
+            self._c_rec_to(sender, REC_SEEN, out_tag, first_ls.c_subs1(), rec._origin)
+        if rec._origin is not None and rec.c_all_seen():
+            rec._origin = None  # (settled, and no SEEN left to send from here)
         # _c_maybe_drop_local(rec) of a settled record still in `_locals` (found or put there
         # above; _c_to_router only queues our own messages), without looking it up again
         if self._drop_on_settle or (
@@ -2076,8 +2119,9 @@ cdef class EoCore:
         ):
             del self._locals[out_tag]
 
-    cdef _c_on_seen(self, bytes out_tag, tuple seen):
-        cdef OriginRecord rec = self._origins.get(out_tag)
+    cdef _c_on_seen(self, bytes out_tag, tuple seen, OriginRecord hint=None):
+        """`hint`: our own SEEN's record (its local record's `_origin`), else None."""
+        cdef OriginRecord rec = self._c_origin(out_tag, hint)
         cdef bint changed = False
         cdef _Layout layout
         cdef Py_ssize_t pos
@@ -2090,7 +2134,9 @@ cdef class EoCore:
                 rec._st[pos] = S_SEEN
                 changed = True
         if changed:
-            if rec.c_done() and not (self._gone and rec.out_tag in self._gone):
+            if rec.c_done() and not (
+                self._gone and not self._c_not_gone(rec) and rec.out_tag in self._gone
+            ):
                 # the last one: _c_maybe_drop_origin would delete it right after the save,
                 # undoing all the save stages (unless a record of its tag went before it)
                 self._c_delete_origin(rec)
@@ -2099,6 +2145,22 @@ cdef class EoCore:
             self._c_maybe_drop_origin(rec)
 
     # -- the driver side -------------------------------------------------------------------
+
+    cdef inline bint _c_not_gone(self, OriginRecord rec) noexcept:
+        """`rec.out_tag not in self._gone`, known without the look-up: True when `_origins`
+        has held `rec` since before this staging generation began (`_gone` holds the tags
+        deleted in this generation, emptied with each new one; a deletion takes its tag's
+        record out of `_origins`, so a record held now and put there earlier was not
+        deleted since, nor any other of its tag). False: not known (look it up)."""
+        return rec._held_by == self._uid and rec._put_sgen != self._sgen
+
+    cdef inline OriginRecord _c_origin(self, bytes out_tag, OriginRecord hint):
+        """self._origins.get(out_tag), which is `hint` (a record of that out tag) while
+        `_origins` holds it (OriginRecord._held_by): then with no hash and no probe of a table
+        of every record in flight."""
+        if hint is not None and hint._held_by == self._uid:
+            return hint
+        return self._origins.get(out_tag)
 
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
@@ -2407,18 +2469,20 @@ cdef class EoCore:
     cdef int _c_fwd_to(self, router, OriginRecord rec, targets) except -1:
         """("FWD", topic, t, pub, tag, body, targets) to `router`, as its fields."""
         if router is self.router_id or router == self.router_id:
-            self._own.push_record(REC_FWD, None, None, rec.out_tag, rec.publisher, rec.tag,
+            # (the record itself, in the loopback's unused router field: see _c_own_next)
+            self._own.push_record(REC_FWD, None, rec, rec.out_tag, rec.publisher, rec.tag,
                                   rec.body, targets)
         else:
             self._c_record_to_peer(router, REC_FWD, rec.out_tag, rec.publisher, rec.tag,
                                    rec.body, targets)
         return 0
 
-    cdef int _c_rec_to(self, router, int op, out_tag, subs) except -1:
+    cdef int _c_rec_to(self, router, int op, out_tag, subs, OriginRecord hint=None) except -1:
         """(name, topic, t, subs) to `router` for op REC_SETTLE, REC_ACCEPT or REC_SEEN (the
-        name: SETTLE, ACCEPT, SEEN), as its fields."""
+        name: SETTLE, ACCEPT, SEEN), as its fields. `hint`: the origin record of `out_tag`
+        a local record knows (its `_origin`), for the loopback's ACCEPT and SEEN."""
         if router is self.router_id or router == self.router_id:
-            self._own.push_record(op, None, None, out_tag, subs, None, None, None)
+            self._own.push_record(op, None, hint, out_tag, subs, None, None, None)
         else:
             self._c_record_to_peer(router, op, out_tag, subs, None, None, None)
         return 0
@@ -2465,6 +2529,8 @@ cdef class EoCore:
         # from a settle-first publisher, looks the record up by it: eo_publisher_settled)
         self._out.push(OUT_ACCEPT_PUBLISHER, self.topic, rec.publisher, rec.tag, rec.out_tag,
                        False)
+        # (and the record, a hint the settlement's look-up may take: _c_origin)
+        _out_hold(&self._out.items[self._out.n - 1].d, rec)
 
     cdef _c_settle_origin(self, OriginRecord rec):
         rec.settled = True
@@ -2506,8 +2572,11 @@ cdef class EoCore:
 
     # -- the subscriber side ---------------------------------------------------------------
 
-    cdef _c_pump(self, LocalSub ls):
-        """Deliver the attachment's queue in order, up to the first unfilled placeholder."""
+    cdef _c_pump(self, LocalSub ls, known_tag=None, LocalRecord known=None):
+        """Deliver the attachment's queue in order, up to the first unfilled placeholder.
+        `known`: the record `_locals` holds under `known_tag` (the caller just looked it up
+        or put it there; nothing here changes `_locals`), so the queue's entry that is that
+        very tag object, as a rule its head, is not looked up again."""
         cdef LocalRecord rec
         cdef int st
         cdef Py_ssize_t pos
@@ -2515,7 +2584,10 @@ cdef class EoCore:
         att = ls.att
         while queue:
             out_tag = queue[0]
-            rec = self._locals.get(out_tag)
+            if known is not None and out_tag is known_tag:
+                rec = known
+            else:
+                rec = self._locals.get(out_tag)
             pos = rec.c_pos(att) if rec is not None else -1
             st = rec._st[pos] if pos >= 0 else -1
             if st == L_HELD:
@@ -2538,15 +2610,19 @@ cdef class EoCore:
         drivers = rec._drivers
         if type(drivers) is set:
             for router in sorted(<set>drivers):
-                self._c_rec_to(router, REC_ACCEPT, rec.out_tag, subs)
+                self._c_rec_to(router, REC_ACCEPT, rec.out_tag, subs, rec._origin)
         else:  # (one router, not None: checked above)
-            self._c_rec_to(drivers, REC_ACCEPT, rec.out_tag, subs)
+            self._c_rec_to(drivers, REC_ACCEPT, rec.out_tag, subs, rec._origin)
         if not self.eo:
             self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
 
     cdef _c_maybe_drop_local(self, LocalRecord rec):
         if self._locals.get(rec.out_tag) is not rec:
             return
+        self._c_drop_local_found(rec)
+
+    cdef _c_drop_local_found(self, LocalRecord rec):
+        """_c_maybe_drop_local(rec) of a record the caller knows `_locals` holds."""
         if rec.settled:
             if self._drop_on_settle or (
                 rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
@@ -2574,7 +2650,11 @@ cdef class EoCore:
             tag = rec.out_tag
             with_body = body and rec.body is not None
             if rec._sgen != self._sgen:  # (else in `_dirty` already, so not in `_gone`)
-                if self._gone and self._gone.pop(tag, None) is not None:
+                if (
+                    self._gone
+                    and not self._c_not_gone(rec)
+                    and self._gone.pop(tag, None) is not None
+                ):
                     if not with_body:
                         # deleted and saved again in one commit, without its body: that
                         # stays deleted
@@ -2602,7 +2682,10 @@ cdef class EoCore:
 
     cdef _c_delete_origin(self, OriginRecord rec):
         cdef bytes tag = rec.out_tag
-        self._origins.pop(tag, None)
+        was = self._origins.pop(tag, None)
+        rec._held_by = 0
+        if was is not None:
+            (<OriginRecord>was)._held_by = 0
         if self.eo:
             if self._dirty:
                 was = self._dirty.pop(tag, None)
@@ -2641,6 +2724,12 @@ cdef class EoCore:
         cdef EoOut *o = &own.items[own.head]
         cdef int op = o.op
         cdef bint record = o.kind == OUT_RECORD
+        # (a loopback record's router field, unused, holds its origin record: a FWD's, or the
+        # hint of an ACCEPT or SEEN, else None; _c_fwd_to, _c_rec_to)
+        cdef OriginRecord hint = (
+            <OriginRecord><object>o.a if o.a != NULL and type(<object>o.a) is OriginRecord
+            else None
+        )
         b = <object>o.b
         c = <object>o.c
         d = e = f = None
@@ -2655,13 +2744,13 @@ cdef class EoCore:
         if not record:
             self._c_own(b)
         elif op == REC_FWD:  # as _c_own a FWD tuple
-            self._c_on_fwd(self.router_id, b, c, d, e, f)
+            self._c_on_fwd(self.router_id, b, c, d, e, f, hint)
         elif op == REC_SETTLE:
             self._c_on_settle(self.router_id, b, c)
         elif op == REC_ACCEPT:
-            self._c_on_accept(b, c)
+            self._c_on_accept(b, c, hint)
         else:
-            self._c_on_seen(b, c)
+            self._c_on_seen(b, c, hint)
         return 0
 
     cdef _c_log(self, level, text):
@@ -3613,8 +3702,8 @@ cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1:
     return 0
 
 
-cdef int eo_publisher_settled(core, pub, tag, out_tag, double now) except -1:
-    (<EoCore?>core).c_publisher_settled(pub, tag, out_tag, now)
+cdef int eo_publisher_settled(core, pub, tag, out_tag, origin, double now) except -1:
+    (<EoCore?>core).c_publisher_settled(pub, tag, out_tag, origin, now)
     return 0
 
 

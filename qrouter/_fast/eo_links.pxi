@@ -114,7 +114,8 @@ cdef class EoPub(EoEntry):
         cdef double now = g.c_now()
         if d.presettled and d.resume and not payload:
             self.accepted.discard(tag)  # settled, not resent: nothing to accept (issue 15 c)
-            eo_publisher_settled(t, self.pub, tag, None, now)  # it knows the outcome (2.6.13)
+            # (it knows the outcome: 2.6.13)
+            eo_publisher_settled(t, self.pub, tag, None, None, now)
         elif not d.presettled and g.accepted_tags.accepted(self.key, tag, now):
             # a resend of a delivery we accepted (its outcome was lost with a connection):
             # the outcome it got, and nothing published again (qrouter/eo/dedup.py)
@@ -142,7 +143,7 @@ cdef class EoPub(EoEntry):
         tag = d.tag
         if self.deliveries.get(tag) is d:
             del self.deliveries[tag]
-        eo_publisher_settled(g.topics[self.topic], self.pub, tag, None, g.c_now())
+        eo_publisher_settled(g.topics[self.topic], self.pub, tag, None, None, g.c_now())
         self.top_up()
         return 0
 
@@ -300,7 +301,8 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
                         self.c_settle_subscriber(<object>o.a, <bytes>o.b)
                     elif kind == OUT_ACCEPT_PUBLISHER:
                         self.c_accept_publisher(<str>o.topic, <object>o.a, <object>o.b,
-                                                <object>o.c)
+                                                <object>o.c,
+                                                <object>o.d if o.d != NULL else None)
                     elif kind == OUT_RECORD:
                         eo_send_record(self.outbox, o)
                     elif kind == OUT_TO_ROUTER:
@@ -324,7 +326,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         self.c_settle_subscriber(att, out_tag)
 
     def _out_accept_publisher(self, topic, pub, tag):
-        self.c_accept_publisher(topic, pub, tag, None)
+        self.c_accept_publisher(topic, pub, tag, None, None)
 
     cdef EoSub c_sub(self, att):
         """self.subs.get(att): the last answer again while `subs` is unchanged and `att` is
@@ -381,9 +383,10 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
             d.c_settle(False)
         return 0
 
-    cdef int c_accept_publisher(self, str topic, pub, tag, out_tag) except -1:
+    cdef int c_accept_publisher(self, str topic, pub, tag, out_tag, origin) except -1:
         """ACCEPTED to the publisher's delivery `tag`; `out_tag`: its outgoing tag if known
-        (the core's output carries it), else None."""
+        (the core's output carries it), else None; `origin`: the output's record, handed on
+        to the core as it is (a hint it checks), or None."""
         cdef EoPub p = self.pubs.get((topic, pub))
         if p is None:
             return 0
@@ -391,7 +394,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
             p.presettled.discard(tag)
             t = self.topics.get(topic)
             if t is not None:
-                eo_publisher_settled(t, pub, tag, out_tag, self.c_now())
+                eo_publisher_settled(t, pub, tag, out_tag, origin, self.c_now())
             return 0
         cdef Delivery d = p.deliveries.get(tag)
         if d is None:
@@ -404,7 +407,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
             del p.deliveries[tag]
             t = self.topics.get(topic)
             if t is not None:
-                eo_publisher_settled(t, pub, tag, out_tag, now)
+                eo_publisher_settled(t, pub, tag, out_tag, origin, now)
             p.top_up()
         return 0
 
