@@ -841,8 +841,22 @@ cdef bint _eok_reads = __import__("os").environ.get("QROUTER_EO_COMPACT", "1") !
 
 @cython.final
 cdef class _EokCtx:
-    """The fields of the last compact record read in a list, which the next may share."""
+    """The fields of the last compact record read in a list, which the next may share.
+    `budget`: the attachments and subscribers the list's records may still take by
+    reference, at most one per octet of the list. A reference costs about 3 octets however
+    long the list it repeats, and the receiver works per attachment of every record, so
+    without it a peer could make one envelope name hundreds of millions of them."""
     cdef object topic, t, pub, atts, subs
+    cdef Py_ssize_t budget
+
+
+cdef inline object _eok_prev_list(_EokCtx ctx, object v):
+    if v is None:
+        raise DecodeError("eo: a compact record refers to no record")
+    ctx.budget -= len(v)
+    if ctx.budget < 0:
+        raise DecodeError("eo: compact records refer to more than the list's octets allow")
+    return v
 
 
 cdef inline uint64_t _eok_varint_of(EowReader* r) except? 0xFFFFFFFFFFFFFFFF:
@@ -960,7 +974,9 @@ cdef object _eok_unpack(EowReader* outer, _EokCtx ctx):
         r.pos += 1
         code = flags & EOK_OP
         if flags & EOK_RESERVED or code < EOR_FWD or code > EOR_SEEN:
-            return None  # a newer router's: dropped (and counted) by the receiver
+            # a newer router's: dropped (and counted) by the receiver, and the context
+            # forgotten, as the next record may refer to this one's fields
+            raise DecodeError("eo: a compact record of a kind this router does not know")
         if code != EOR_FWD and flags & EOK_TARGETS:
             raise DecodeError("eo: a FWD's flag on another record")
         op = _EOR_OPS[code]
@@ -971,13 +987,13 @@ cdef object _eok_unpack(EowReader* outer, _EokCtx ctx):
             tag = _eok_bytes_of(&r)
             body = _eok_bytes_of(&r)
             if flags & EOK_TARGETS:
-                targets = _eok_prev(ctx.atts)
+                targets = _eok_prev_list(ctx, ctx.atts)
             else:
                 targets = _eor_rest_of(&r, EOS_CATTS)
             value = (op, topic, t, pub, tag, body, targets)
         else:
             if flags & EOK_X:
-                x = _eok_prev(ctx.atts if code == EOR_SETTLE else ctx.subs)
+                x = _eok_prev_list(ctx, ctx.atts if code == EOR_SETTLE else ctx.subs)
             else:
                 x = _eor_rest_of(&r, EOS_CATTS if code == EOR_SETTLE else EOS_CSUBS)
             value = (op, topic, t, x)
@@ -1055,6 +1071,7 @@ cdef object _eow_unpack(EowReader* r, int depth, _EokCtx ctx):
             raise DecodeError("eo: count larger than the data")
         items = []
         ctx = _EokCtx.__new__(_EokCtx)  # (the list's own: its records refer to each other)
+        ctx.budget = r.end - r.pos
         for i in range(n):
             items.append(_eow_unpack(r, depth + 1, ctx))
         return items

@@ -545,6 +545,42 @@ def test_compact_records_refer_back_only_to_a_record_that_parsed() -> None:
         eo_unpack(b"\x0a" + varint(100) + b"\x03")  # a record longer than the data
 
 
+def test_a_record_of_an_unknown_kind_is_what_the_next_one_refers_to() -> None:
+    """A newer router's compact record (an op this router does not know, or the reserved
+    flag) is the previous record for the one after it: that one, referring back, decodes as
+    None, not with the fields of the record before the unknown one."""
+    from qrouter._fast.engine import eo_unpack
+
+    from tests.eo.compact_records import TOPIC, T, X, frame
+
+    settle = ("SETTLE", "x", b"t", (("r", 1, -2),))
+    whole = frame(3, b"\x01x" + b"\x01t" + b"\x01\x01r\x02\x03")
+    same = frame(3 | TOPIC | T | X, b"")
+    assert eo_unpack(_list_of(whole, frame(5, b"\x01y"), same)) == [settle, None, None]
+    assert eo_unpack(_list_of(whole, frame(3 | 0x80, b""), same)) == [settle, None, None]
+
+
+def test_references_back_cannot_name_more_attachments_than_the_list_has_octets() -> None:
+    """A reference back costs a few octets however long the list it repeats, and the
+    receiver works per attachment: a list's records may take by reference at most one
+    attachment or subscriber per octet of the list; past that they decode as None."""
+    from qrouter._fast.engine import eo_unpack
+
+    from tests.eo.compact_records import TOPIC, T, X, frame, varint
+
+    many = 2000
+    targets = b"".join(b"\x01r\x02\x03" for _ in range(many))
+    whole = frame(3, b"\x01x" + b"\x01t" + varint(many) + targets)
+    same = frame(3 | TOPIC | T | X, b"")
+    got = eo_unpack(_list_of(whole, *[same] * 20))
+    raw = len(_list_of(whole, *[same] * 20))
+    assert got[0][3] == (("r", 1, -2),) * many
+    taken = [r for r in got[1:] if r is not None]
+    # within the budget the references decode, and every one after the first refused too
+    assert 0 < len(taken) * many <= raw
+    assert got[1 + len(taken) :] == [None] * (20 - len(taken))
+
+
 def test_a_router_started_without_compact_records_does_not_read_them() -> None:
     """QROUTER_EO_COMPACT=0 (a router of the version before, for tests): the engine takes
     0x0A as an unknown type, as that version does."""
