@@ -463,7 +463,9 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                 self.loose = {}
             if self.log is not None and not commit_logged(self.log):
                 # the store failed (the committer reported it): the entries wait in the log
-                # for the engine's retry, which runs before ours
+                # for the engine's retry, which runs before ours; the log's numbers are off
+                # until its next checkpoint (LogRefs.suspend)
+                self.log_refs.suspend()
                 self.held = True
                 return
             self.apply_outputs(self.outputs)  # in order; one that fails is logged (the engine)

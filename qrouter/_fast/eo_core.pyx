@@ -3264,6 +3264,13 @@ cdef class LogRefs:
         self.gen = 0
         self.fresh = True
 
+    def suspend(self):
+        """A commit of the log failed: its blob may yet be appended twice (a committer that
+        raised after its append succeeded, then the retry), and the replay would count its
+        puts twice, so every number after it would name another put's key. Numbers stay off
+        (every entry names its key) until a checkpoint empties the log."""
+        self.gen = 0
+
 
 cdef inline bint _is_guarantee_key(bytes key) noexcept:
     # as the replay counts (GUARANTEE_PREFIXES of qrouter/stores/termini.py)

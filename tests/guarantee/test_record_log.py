@@ -247,6 +247,38 @@ def test_numbers_begin_at_once_on_a_log_folded_at_start_up() -> None:
     assert _replay(c.appends)[PREFIX + b"o/S"] is None and not engine.jborn
 
 
+def test_numbers_stay_off_after_a_failed_commit_until_a_checkpoint() -> None:
+    """A failed commit's blob may reach the log twice (appended, then the committer raised,
+    then the retry): the replay would count its puts twice. So after a failure every entry
+    names its key until a checkpoint empties the log; then numbers come back."""
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    g.log_refs.begin()
+    rec = _rec(b"F")
+    t._save_origin(rec, True)
+    _commit(g, t)
+    c.fail = True
+    rec.settled = True
+    t._save_origin(rec, False)
+    _commit(g, t)
+    assert g.held
+    c.fail = False
+    assert engine.retry_commit() and g.retry()
+    assert c.appends[-1][:1] == b"u"  # (made before the failure: its number is still right)
+    t._delete_origin(rec)
+    _commit(g, t)
+    assert c.appends[-1][:1] == b"D" and PREFIX + b"o/F" in c.appends[-1]  # by key
+    engine.checkpoint()
+    again = _rec(b"G")
+    t._save_origin(again, True)
+    _commit(g, t)
+    again.settled = True
+    t._save_origin(again, False)
+    _commit(g, t)
+    assert c.appends[-1][:1] == b"u"  # numbers again after the checkpoint
+
+
 def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
     g, engine, c = _guarantees()
     t = g.topic("t")
