@@ -308,3 +308,15 @@ async def drained(
         if loop.time() > deadline:
             raise AssertionError(f"routers still hold records (origin, local): {held}")
         await asyncio.sleep(0.2)
+
+
+async def publish_all_once(
+    tri: Routers, pubs: list[Publisher], subs: list[Subscriber], n: int = 200
+) -> None:
+    """Each publisher sends `n` at once; then every message is processed exactly once, the
+    routers hold no records, and the clients close."""
+    await asyncio.gather(*(p.publish(n) for p in pubs))
+    await drained(tri, pubs, subs, 30)
+    check_exactly_once(pubs, subs)
+    for c in pubs + subs:
+        await c.close()

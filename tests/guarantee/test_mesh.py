@@ -23,6 +23,7 @@ from tests.guarantee.common import (
     Subscriber,
     check_exactly_once,
     drained,
+    publish_all_once,
     topic_rows,
     wait_subscribers_known,
     wait_until,
@@ -48,11 +49,7 @@ def test_triangle_every_subscriber_gets_every_message_once(router: Any, guarante
             await Publisher.start(tri.urls("A"), "pub-A", TOPIC, exactly_once=eo),
             await Publisher.start(tri.urls("B"), "pub-B", TOPIC, exactly_once=eo),
         ]
-        await asyncio.gather(*(p.publish(200) for p in pubs))
-        await drained(tri, pubs, subs, 30)
-        check_exactly_once(pubs, subs)
-        for c in pubs + subs:
-            await c.close()
+        await publish_all_once(tri, pubs, subs)
 
     run(scenario(), timeout=120)
 
@@ -79,11 +76,7 @@ def test_a_router_before_the_compact_records(
         subs = [await Subscriber.start([tri.url(n)], f"sub-{n}", TOPIC) for n in tri.names]
         await wait_subscribers_known(tri, len(subs))
         pubs = [await Publisher.start([tri.url(n)], f"pub-{n}", TOPIC) for n in ("A", "B", "C")]
-        await asyncio.gather(*(p.publish(200) for p in pubs))
-        await drained(tri, pubs, subs, 30)
-        check_exactly_once(pubs, subs)
-        for c in pubs + subs:
-            await c.close()
+        await publish_all_once(tri, pubs, subs)
 
     run(scenario(), timeout=120)
 

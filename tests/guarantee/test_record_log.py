@@ -218,20 +218,30 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     assert _replay(c.appends[since:])[PREFIX + b"o/M"] == many[1].encode_state()
 
 
-def test_numbers_begin_at_once_on_a_log_folded_at_start_up() -> None:
-    """`Guarantees.start` folds the previous run's log into the records, so the log holds
-    none of the topics' puts: its numbers (LogRefs.begin) name records from the first
-    entry, with no checkpoint first; the replay gives what the net changes hold."""
+def _begun(out_tag: bytes) -> tuple[Guarantees, Router, _Committer, Any, OriginRecord]:
+    """A topic on a log just folded at start-up (numbers on), `out_tag`'s record put."""
     g, engine, c = _guarantees()
     t = g.topic("t")
     assert t is not None
     g.log_refs.begin()
-    rec = _rec(b"S")
+    rec = _rec(out_tag)
     t._save_origin(rec, True)
     _commit(g, t)
+    return g, engine, c, t, rec
+
+
+def _settle(g: Guarantees, t: Any, rec: OriginRecord) -> None:
     rec.settled = True
     t._save_origin(rec, False)
     _commit(g, t)
+
+
+def test_numbers_begin_at_once_on_a_log_folded_at_start_up() -> None:
+    """`Guarantees.start` folds the previous run's log into the records, so the log holds
+    none of the topics' puts: its numbers (LogRefs.begin) name records from the first
+    entry, with no checkpoint first; the replay gives what the net changes hold."""
+    g, engine, c, t, rec = _begun(b"S")
+    _settle(g, t, rec)
     numbers = _numbered(c.appends)
     patch = c.appends[1]  # (the settled byte: one change)
     assert patch == b"u" + numbers.index(PREFIX + b"o/S").to_bytes(4, "big") + b"\x01" + patch[6:]
@@ -251,17 +261,9 @@ def test_numbers_stay_off_after_a_failed_commit_until_a_checkpoint() -> None:
     """A failed commit's blob may reach the log twice (appended, then the committer raised,
     then the retry): the replay would count its puts twice. So after a failure every entry
     names its key until a checkpoint empties the log; then numbers come back."""
-    g, engine, c = _guarantees()
-    t = g.topic("t")
-    assert t is not None
-    g.log_refs.begin()
-    rec = _rec(b"F")
-    t._save_origin(rec, True)
-    _commit(g, t)
+    g, engine, c, t, rec = _begun(b"F")
     c.fail = True
-    rec.settled = True
-    t._save_origin(rec, False)
-    _commit(g, t)
+    _settle(g, t, rec)
     assert g.held
     c.fail = False
     assert engine.retry_commit() and g.retry()
@@ -273,9 +275,7 @@ def test_numbers_stay_off_after_a_failed_commit_until_a_checkpoint() -> None:
     again = _rec(b"G")
     t._save_origin(again, True)
     _commit(g, t)
-    again.settled = True
-    t._save_origin(again, False)
-    _commit(g, t)
+    _settle(g, t, again)
     assert c.appends[-1][:1] == b"u"  # numbers again after the checkpoint
 
 
