@@ -44,8 +44,9 @@ class ReplyBound:
         self.limit = limit
         self.backlog = backlog
         self.refused = 0  # requests REJECTed at the bound
-        # conn id -> reply addresses that had replies waiting; each holds at least one, so
-        # a set never grows much past `limit`
+        # conn id -> reply addresses that had replies waiting; each holds at least one, or
+        # a consumer's connection at `backlog` (then the connection is over and no address
+        # is added), so a set never grows much past `limit`
         self._targets: dict[int, set[str]] = {}
         self._withheld: set[int] = set()  # id() of links waiting for their credit
         self._count = 0
