@@ -30,7 +30,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from cpython.dict cimport PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 from enum import IntEnum
 
 # SubState (records.py): a subscriber's state for one delivery, as the origin knows it
@@ -1580,20 +1580,22 @@ cdef enum:
     LS_HINTS = 8  # a power of two: EoCore._ls_hint's entries (see _addr_slot)
 
 cdef enum:
-    # a power of two: EoCore._recent's slots, a few times the records a publisher's router
-    # has in flight at full rate (its publishers' windows, and those settled awaiting SEEN)
-    RECENT_SLOTS = 4096
+    # EoCore._recent's slots (powers of two): at first, and at most. The table doubles
+    # while `_origins` holds more than half as many records as it has slots (the records
+    # in flight: its publishers' windows, and those settled awaiting SEEN), so it costs 16
+    # octets a slot in proportion to the largest number seen in flight, up to 128 KiB
+    RECENT_FIRST = 256
+    RECENT_MOST = 8192
 
 
-cdef inline Py_ssize_t _recent_slot(bytes out_tag) noexcept:
-    """The slot of EoCore._recent for `out_tag`: its first 8 bytes, uniform (an out tag is a
-    keyed BLAKE2b result, eo_tag.pxi); -1 for bytes of another length (a peer's, not a tag
-    of ours: the dict is asked)."""
-    cdef uint64_t v
+cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
+    """`out_tag`'s key in EoCore._recent: its first 8 bytes, uniform (an out tag is a keyed
+    BLAKE2b result, eo_tag.pxi), whose low bits are its slot; False for bytes of another
+    length (a peer's, not a tag of ours: the dict is asked)."""
     if PyBytes_GET_SIZE(out_tag) != _TAG_SIZE or _TAG_SIZE < 8:
-        return -1
-    memcpy(&v, PyBytes_AS_STRING(out_tag), 8)
-    return <Py_ssize_t>(v & (RECENT_SLOTS - 1))
+        return False
+    memcpy(key, PyBytes_AS_STRING(out_tag), 8)
+    return True
 
 
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
@@ -1718,14 +1720,18 @@ cdef class EoCore:
     # and the accept check each ask `_pubs` for it: a tuple hashed afresh each time
     cdef list _pl_hint
     cdef unsigned long long _pl_version
-    # the origin records made here by their out tag's slot (_recent_slot), each held (a list
-    # of RECENT_SLOTS): _c_origin's answer for the peers' ACCEPT and SEEN, which name a
-    # record by its out tag alone, a new bytes object each (no hash cached), looked up in a
-    # table of every record in flight. A record found is taken while `_origins` holds it
-    # (`_held_by`) and its out tag equals the one asked, so the answer is `_origins.get`'s;
-    # a deleted one is let go (_c_delete_origin), so the slots hold no record beyond those
-    # `_origins` holds, and a newer record takes an older one's slot (that one: the dict)
+    # the origin records made here by their out tag's slot (_recent_key), each held (a list
+    # of `_recent_n`, and each one's key in `_recent_keys`, compared before the record is
+    # read): _c_origin's answer for the peers' ACCEPT and SEEN, which name a record by its
+    # out tag alone, a new bytes object each (no hash cached), looked up in a table of every
+    # record in flight. A record found is taken while `_origins` holds it (`_held_by`) and
+    # its out tag equals the one asked, so the answer is `_origins.get`'s; a deleted one is
+    # let go (_c_delete_origin), so the slots hold no record beyond those `_origins` holds,
+    # and a newer record takes an older one's slot (that one: the dict). None (and NULL)
+    # until this core makes a record: a topic's routers without its publishers pay nothing
     cdef list _recent
+    cdef uint64_t *_recent_keys
+    cdef Py_ssize_t _recent_n
     # this core's, unique among the cores (never 0): what a record `_origins` holds says
     # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
     cdef unsigned long long _uid
@@ -1735,7 +1741,6 @@ cdef class EoCore:
         self._sub_hint = [None] * SUB_HINTS
         self._ls_hint = [None] * LS_HINTS
         self._pl_hint = [None] * LS_HINTS
-        self._recent = [None] * RECENT_SLOTS
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
@@ -1778,6 +1783,7 @@ cdef class EoCore:
         self._now = now
         cdef PubLink link = self._c_pub_link(pub)
         cdef OriginRecord rec
+        cdef uint64_t key
         cdef Py_ssize_t i
         if link is None:
             self._c_log("warning", f"transfer from {pub} which is not attached, dropped")
@@ -1792,9 +1798,12 @@ cdef class EoCore:
             rec = _new_origin(out_tag, pub, _bytes(tag), _bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
             rec._held_by = self._uid
-            i = _recent_slot(out_tag)
-            if i >= 0:
+            if _recent_key(out_tag, &key):
+                if self._recent_n < RECENT_MOST and 2 * len(self._origins) > self._recent_n:
+                    self._c_recent_grow()
+                i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
                 self._recent[i] = rec
+                self._recent_keys[i] = key
             rec._put_sgen = self._sgen
             owed = link.owed.pop(tag, None) if link.owed else None
             if owed:  # (empty: nothing to merge)
@@ -2198,12 +2207,14 @@ cdef class EoCore:
         of every record in flight."""
         if hint is not None and hint._held_by == self._uid:
             return hint
-        cdef Py_ssize_t i = _recent_slot(out_tag)
+        cdef uint64_t key
+        cdef Py_ssize_t i
         cdef PyObject *p
         cdef OriginRecord rec
-        if i >= 0:
+        if self._recent is not None and _recent_key(out_tag, &key):
+            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
             p = PyList_GET_ITEM(self._recent, i)
-            if p != <PyObject *>None:
+            if self._recent_keys[i] == key and p != <PyObject *>None:
                 rec = <OriginRecord>p
                 if rec._held_by == self._uid and (
                     rec.out_tag is out_tag
@@ -2213,6 +2224,33 @@ cdef class EoCore:
                 ):
                     return rec
         return self._origins.get(out_tag)
+
+    cdef int _c_recent_grow(self) except -1:
+        """`_recent` made (the first record made here), or twice as large, its records moved
+        to their slots there (of two that meet, the one met last stays: the dict has both)."""
+        cdef Py_ssize_t j, old = self._recent_n
+        cdef Py_ssize_t n = RECENT_FIRST if old == 0 else 2 * old
+        cdef uint64_t *keys = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
+        cdef uint64_t k
+        cdef list recs
+        if keys == NULL:
+            raise MemoryError()
+        memset(keys, 0, n * sizeof(uint64_t))
+        recs = [None] * n
+        for j in range(old):
+            rec = self._recent[j]
+            if rec is not None:
+                k = self._recent_keys[j]
+                recs[<Py_ssize_t>(k & <uint64_t>(n - 1))] = rec
+                keys[<Py_ssize_t>(k & <uint64_t>(n - 1))] = k
+        PyMem_Free(self._recent_keys)
+        self._recent_keys = keys
+        self._recent = recs
+        self._recent_n = n
+        return 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._recent_keys)
 
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
@@ -2771,12 +2809,15 @@ cdef class EoCore:
         rec._held_by = 0
         if was is not None:
             (<OriginRecord>was)._held_by = 0
-        cdef Py_ssize_t i = _recent_slot(tag)
+        cdef uint64_t key
+        cdef Py_ssize_t i
         cdef PyObject *p
-        if i >= 0:
+        if self._recent is not None and _recent_key(tag, &key):
+            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
             p = PyList_GET_ITEM(self._recent, i)
             if p == <PyObject *>rec or p == <PyObject *>was:
                 self._recent[i] = None  # (not held past `_origins`)
+                self._recent_keys[i] = 0
         if self.eo:
             if self._dirty:
                 was = self._dirty.pop(tag, None)
@@ -3005,7 +3046,7 @@ cdef class EoCore:
 
     def _recent_records(self):
         """The origin records `_recent` holds (tests: none but those `_origins` holds)."""
-        return [rec for rec in self._recent if rec is not None]
+        return [rec for rec in self._recent or () if rec is not None]
 
     def _settled_index(self):
         """The records `_settled_l` holds from its head (tests: the live ones are exactly

@@ -220,6 +220,8 @@ def test_a_peers_accept_and_seen_find_their_record_by_the_whole_tag() -> None:
     twin = t[:8] + bytes(x ^ 0xFF for x in t[8:])  # the same slot, another tag
     a.receive("B", (*accept[:2], twin, *accept[3:]), 0.0)
     net.pump()
+    a.receive("B", (*accept[:2], t[:8], *accept[3:]), 0.0)  # a tag's first bytes alone
+    net.pump()
     assert net.take("accept") == [] and rec.subs == {S2: SubState.PENDING}
     a.receive("B", (*accept[:2], bytes(bytearray(t)), *accept[3:]), 0.0)  # equal, not `t`
     net.pump()
@@ -230,3 +232,25 @@ def test_a_peers_accept_and_seen_find_their_record_by_the_whole_tag() -> None:
     b.subscriber_settled(b2, t, 0.0)
     net.pump()
     assert a.origin_records() == {} and a._recent_records() == []
+
+
+def test_the_table_of_recent_records_grows_with_the_records_in_flight_and_holds_no_other() -> None:
+    """EoCore._recent doubles while more records are in flight than half its slots, keeping
+    what it held: every record it holds is one `_origins` holds, and an ACCEPT finds each
+    record in flight, through it or through the dict."""
+    net = Net("AB")
+    a, b = net.r["A"], net.r["B"]
+    b2 = b.subscriber_attached(S2, [], 0.0)
+    net.pump()
+    a.publisher_attached(P, [], 0.0)
+    tags = [b"%d" % i for i in range(1500)]
+    for tag in tags:
+        a.publisher_transfer(P, tag, b"m", 0.0)
+    net.pump()
+    held = a._recent_records()
+    origins = a.origin_records()
+    assert len(held) > 1500 // 2 and all(origins[r.out_tag] is r for r in held)
+    for tag in tags:
+        b.subscriber_accepted(b2, outgoing_tag(*P, tag), 0.0)
+    net.pump()
+    assert sorted(x[2] for x in net.take("accept")) == sorted(tags)
