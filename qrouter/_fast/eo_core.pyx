@@ -30,7 +30,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from cpython.dict cimport PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy, memset
 from enum import IntEnum
 
 # SubState (records.py): a subscriber's state for one delivery, as the origin knows it
@@ -120,6 +120,7 @@ cdef dict _FIELDS = {op: tuple(fields.items()) for op, fields in FIELDS.items()}
 cdef object _ProtocolError = ProtocolError
 cdef object _SubState = SubState
 cdef object _router_of = itemgetter(0)  # an attachment's router
+cdef object _MISSING = object()  # a look-up's default: not held (None may be a value)
 cdef bytes _TAG_KEY = TAG_KEY
 cdef bytes _TAG_PERSON = TAG_PERSON
 cdef int _TAG_SIZE = TAG_SIZE
@@ -1578,6 +1579,24 @@ cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
 cdef enum:
     LS_HINTS = 8  # a power of two: EoCore._ls_hint's entries (see _addr_slot)
 
+cdef enum:
+    # EoCore._recent's slots (powers of two): at first, and at most. The table doubles
+    # while `_origins` holds more than half as many records as it has slots (the records
+    # in flight: its publishers' windows, and those settled awaiting SEEN), so it costs 16
+    # octets a slot in proportion to the largest number seen in flight, up to 128 KiB
+    RECENT_FIRST = 256
+    RECENT_MOST = 8192
+
+
+cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
+    """`out_tag`'s key in EoCore._recent: its first 8 bytes, uniform (an out tag is a keyed
+    BLAKE2b result, eo_tag.pxi), whose low bits are its slot; False for bytes of another
+    length (a peer's, not a tag of ours: the dict is asked)."""
+    if PyBytes_GET_SIZE(out_tag) != _TAG_SIZE or _TAG_SIZE < 8:
+        return False
+    memcpy(key, PyBytes_AS_STRING(out_tag), 8)
+    return True
+
 
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
 cdef unsigned long long _core_uid_last = 0  # the last EoCore._uid given
@@ -1694,6 +1713,25 @@ cdef class EoCore:
     # (the wire decoder's span cache), and a tuple's hash is not cached
     cdef list _ls_hint
     cdef unsigned long long _ls_version
+    # `_pubs`' look-ups by the publisher id object's address (_c_pub_link), as `_ls_hint`'s:
+    # entries (PubLink or None, whether `_pubs` holds the id, the id looked up), valid while
+    # `_pubs` has the version `_pl_version`. A publisher's transfers and its records name the
+    # link's own id object (EoPub.pub, OriginRecord.publisher), and the transfer, the drive
+    # and the accept check each ask `_pubs` for it: a tuple hashed afresh each time
+    cdef list _pl_hint
+    cdef unsigned long long _pl_version
+    # the origin records made here by their out tag's slot (_recent_key), each held (a list
+    # of `_recent_n`, and each one's key in `_recent_keys`, compared before the record is
+    # read): _c_origin's answer for the peers' ACCEPT and SEEN, which name a record by its
+    # out tag alone, a new bytes object each (no hash cached), looked up in a table of every
+    # record in flight. A record found is taken while `_origins` holds it (`_held_by`) and
+    # its out tag equals the one asked, so the answer is `_origins.get`'s; a deleted one is
+    # let go (_c_delete_origin), so the slots hold no record beyond those `_origins` holds,
+    # and a newer record takes an older one's slot (that one: the dict). None (and NULL)
+    # until this core makes a record: a topic's routers without its publishers pay nothing
+    cdef list _recent
+    cdef uint64_t *_recent_keys
+    cdef Py_ssize_t _recent_n
     # this core's, unique among the cores (never 0): what a record `_origins` holds says
     # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
     cdef unsigned long long _uid
@@ -1702,6 +1740,7 @@ cdef class EoCore:
         self._sub_order = {}
         self._sub_hint = [None] * SUB_HINTS
         self._ls_hint = [None] * LS_HINTS
+        self._pl_hint = [None] * LS_HINTS
         self._settled_l = []
         self._att_slots = _AttSlots()
         self._out = OutQueue()
@@ -1742,8 +1781,10 @@ cdef class EoCore:
 
     cdef c_publisher_transfer(self, pub, tag, body, double now):
         self._now = now
-        cdef PubLink link = self._pubs.get(pub)
+        cdef PubLink link = self._c_pub_link(pub)
         cdef OriginRecord rec
+        cdef uint64_t key
+        cdef Py_ssize_t i
         if link is None:
             self._c_log("warning", f"transfer from {pub} which is not attached, dropped")
             self._c_flush()
@@ -1757,6 +1798,12 @@ cdef class EoCore:
             rec = _new_origin(out_tag, pub, _bytes(tag), _bytes(body), self._c_known_layout())
             self._origins[out_tag] = rec
             rec._held_by = self._uid
+            if _recent_key(out_tag, &key):
+                if self._recent_n < RECENT_MOST and 2 * len(self._origins) > self._recent_n:
+                    self._c_recent_grow()
+                i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
+                self._recent[i] = rec
+                self._recent_keys[i] = key
             rec._put_sgen = self._sgen
             owed = link.owed.pop(tag, None) if link.owed else None
             if owed:  # (empty: nothing to merge)
@@ -1791,7 +1838,7 @@ cdef class EoCore:
         if out_tag is None:
             # (the link only for its tag state: a publisher's tuple id is hashed afresh at
             # each look-up, so not looked up when the caller brings the out tag)
-            link = self._pubs.get(pub)
+            link = self._c_pub_link(pub)
             out_tag = (
                 _outgoing_tag(pub, tag) if link is None else link.c_take_out_tag(pub, tag)
             )
@@ -2160,7 +2207,50 @@ cdef class EoCore:
         of every record in flight."""
         if hint is not None and hint._held_by == self._uid:
             return hint
+        cdef uint64_t key
+        cdef Py_ssize_t i
+        cdef PyObject *p
+        cdef OriginRecord rec
+        if self._recent is not None and _recent_key(out_tag, &key):
+            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
+            p = PyList_GET_ITEM(self._recent, i)
+            if self._recent_keys[i] == key and p != <PyObject *>None:
+                rec = <OriginRecord>p
+                if rec._held_by == self._uid and (
+                    rec.out_tag is out_tag
+                    or PyBytes_GET_SIZE(rec.out_tag) == PyBytes_GET_SIZE(out_tag)
+                    and memcmp(PyBytes_AS_STRING(rec.out_tag), PyBytes_AS_STRING(out_tag),
+                               PyBytes_GET_SIZE(out_tag)) == 0
+                ):
+                    return rec
         return self._origins.get(out_tag)
+
+    cdef int _c_recent_grow(self) except -1:
+        """`_recent` made (the first record made here), or twice as large, its records moved
+        to their slots there (of two that meet, the one met last stays: the dict has both)."""
+        cdef Py_ssize_t j, old = self._recent_n
+        cdef Py_ssize_t n = RECENT_FIRST if old == 0 else 2 * old
+        cdef uint64_t *keys = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
+        cdef uint64_t k
+        cdef list recs
+        if keys == NULL:
+            raise MemoryError()
+        memset(keys, 0, n * sizeof(uint64_t))
+        recs = [None] * n
+        for j in range(old):
+            rec = self._recent[j]
+            if rec is not None:
+                k = self._recent_keys[j]
+                recs[<Py_ssize_t>(k & <uint64_t>(n - 1))] = rec
+                keys[<Py_ssize_t>(k & <uint64_t>(n - 1))] = k
+        PyMem_Free(self._recent_keys)
+        self._recent_keys = keys
+        self._recent = recs
+        self._recent_n = n
+        return 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._recent_keys)
 
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
@@ -2213,6 +2303,39 @@ cdef class EoCore:
         if ls is not None and version:
             _sub_hint_set(hints, h, att, (ls, None, att))
         return ls
+
+    cdef tuple _c_pub_entry(self, pub):
+        """(self._pubs.get(pub), pub in self._pubs, pub): from `_pl_hint` while `_pubs` is
+        unchanged, so with no hash of the tuple (as _c_local_sub)."""
+        cdef dict pubs = self._pubs
+        cdef unsigned long long version = eo_dict_version(pubs)
+        cdef size_t h = _addr_slot(<PyObject *>pub, LS_HINTS)
+        cdef list hints = self._pl_hint
+        cdef tuple entry
+        cdef Py_ssize_t i
+        if version != self._pl_version:
+            for i in range(LS_HINTS):
+                hints[i] = None
+            self._pl_version = version
+        elif version:  # (0: no version, Python 3.12 on: no hints, the dict itself)
+            entry = _sub_hint_get(hints, h, pub)
+            if entry is not None:
+                return entry
+        link = pubs.get(pub, _MISSING)
+        entry = (None, False, pub) if link is _MISSING else (link, True, pub)
+        if version:
+            _sub_hint_set(hints, h, pub, entry)
+        return entry
+
+    cdef inline PubLink _c_pub_link(self, pub):
+        """self._pubs.get(pub) (_c_pub_entry)."""
+        cdef tuple entry = self._c_pub_entry(pub)
+        return entry[0]
+
+    cdef inline bint _c_has_pub(self, pub) except -1:
+        """pub in self._pubs (_c_pub_entry)."""
+        cdef tuple entry = self._c_pub_entry(pub)
+        return entry[1] is True
 
     cdef LocalSub _c_sub_here(self, att):
         """self._subs[att] (KeyError if it is not there): through _c_local_sub."""
@@ -2347,7 +2470,7 @@ cdef class EoCore:
         fill): one kind per call, so one list of attachments (`outs`) or of routers (`fill`),
         sent grouped by router in sorted order, each router's attachments in the order
         found."""
-        cdef bint driving = rec.publisher in self._pubs
+        cdef bint driving = self._c_has_pub(rec.publisher)
         cdef list outs = None  # the attachments to send FWD (driving) or SETTLE (settled)
         cdef set fill = None
         cdef bint settled = rec.settled
@@ -2516,13 +2639,13 @@ cdef class EoCore:
         if rec.settled or rec.accepted_sent:
             return
         if self._accept_early:
-            if rec.publisher not in self._pubs:
+            if not self._c_has_pub(rec.publisher):
                 return
             local = {(<LocalSub>ls).sub for ls in self._subs.values()}
             for i in range(len(subs)):
                 if rec._st[i] == S_PENDING and subs[i] in local:
                     return
-        elif _c_pending_open(rec, self._view) or rec.publisher not in self._pubs:
+        elif _c_pending_open(rec, self._view) or not self._c_has_pub(rec.publisher):
             return  # (the subscribers first: the usual answer, and no lookup)
         rec.accepted_sent = True
         # (with its out tag: the publisher's settlement, which this outcome brings at once
@@ -2686,6 +2809,15 @@ cdef class EoCore:
         rec._held_by = 0
         if was is not None:
             (<OriginRecord>was)._held_by = 0
+        cdef uint64_t key
+        cdef Py_ssize_t i
+        cdef PyObject *p
+        if self._recent is not None and _recent_key(tag, &key):
+            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
+            p = PyList_GET_ITEM(self._recent, i)
+            if p == <PyObject *>rec or p == <PyObject *>was:
+                self._recent[i] = None  # (not held past `_origins`)
+                self._recent_keys[i] = 0
         if self.eo:
             if self._dirty:
                 was = self._dirty.pop(tag, None)
@@ -2911,6 +3043,10 @@ cdef class EoCore:
                 del locals_[rec.out_tag]
             elif not rec._keys.keys:
                 del locals_[rec.out_tag]
+
+    def _recent_records(self):
+        """The origin records `_recent` holds (tests: none but those `_origins` holds)."""
+        return [rec for rec in self._recent or () if rec is not None]
 
     def _settled_index(self):
         """The records `_settled_l` holds from its head (tests: the live ones are exactly

@@ -246,6 +246,14 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     cdef object _sub_att
     cdef EoSub _sub_hit
     cdef unsigned long long _sub_version
+    # c_pub's last answer, the same way: the topic and publisher id objects it was asked for
+    # (held), its EoPub and `pubs`' version. The core's accept outputs name them by the
+    # core's topic and the record's publisher, the same objects output after output, and a
+    # look-up by (topic, pub) makes that tuple and hashes it and the id tuple in it afresh
+    cdef object _pub_topic
+    cdef object _pub_pub
+    cdef EoPub _pub_hit
+    cdef unsigned long long _pub_version
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -342,6 +350,24 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
             self._sub_version = version
         return s
 
+    cdef EoPub c_pub(self, topic, pub):
+        """self.pubs.get((topic, pub)): the last answer again while `pubs` is unchanged and
+        `topic` and `pub` are the same objects."""
+        cdef dict pubs = self.pubs
+        cdef unsigned long long version = eol_dict_version(pubs)
+        if (
+            version and version == self._pub_version and pub is self._pub_pub
+            and topic is self._pub_topic
+        ):
+            return self._pub_hit
+        cdef EoPub p = pubs.get((topic, pub))
+        if version:  # (kept when None too: a gone EoPub is let go at the next miss)
+            self._pub_topic = topic
+            self._pub_pub = pub
+            self._pub_hit = p
+            self._pub_version = version
+        return p
+
     cdef int c_deliver(self, att, bytes out_tag, bytes body, bint resume) except -1:
         cdef EoSub s = self.c_sub(att)
         if s is None:
@@ -387,7 +413,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         """ACCEPTED to the publisher's delivery `tag`; `out_tag`: its outgoing tag if known
         (the core's output carries it), else None; `origin`: the output's record, handed on
         to the core as it is (a hint it checks), or None."""
-        cdef EoPub p = self.pubs.get((topic, pub))
+        cdef EoPub p = self.c_pub(topic, pub)
         if p is None:
             return 0
         if tag in p.presettled:

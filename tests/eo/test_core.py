@@ -8,7 +8,7 @@ import pytest
 
 from qrouter._fast.eo_core import EoCore, split_writes, stage_writes
 from qrouter.eo import LocalRecord, LocalState, OriginRecord, SubState, TopicRouter, outgoing_tag
-from tests.eo.test_protocol import S1, Net, P
+from tests.eo.test_protocol import S1, S2, Net, P
 
 # STATE_V2 records written by the pure-Python records.py (before eo_core): a store written by
 # it must read the same, and a record must encode to the same bytes.
@@ -195,3 +195,62 @@ def test_a_new_local_record_keeps_the_attachments_own_id_after_an_equal_one() ->
         (att,) = b.local_records()[outgoing_tag(*P, tag)].subs
         assert att is b1
     assert [d[1] for d in net.take("deliver")] == [b1, b1]
+
+
+def test_a_peers_accept_and_seen_find_their_record_by_the_whole_tag() -> None:
+    """A peer's ACCEPT and SEEN name the origin record by its out tag alone, a bytes object
+    of the peer's: the publisher's router finds the record through the slot of the tag's
+    first bytes (EoCore._recent) when the record's whole tag equals it, so a tag that
+    shares those bytes and no more finds nothing, an equal one (another object) finds the
+    record, and a record gone is no longer held there."""
+    net = Net("AB")
+    a, b = net.r["A"], net.r["B"]
+    b2 = b.subscriber_attached(S2, [], 0.0)
+    net.pump()
+    a.publisher_attached(P, [], 0.0)
+    a.publisher_transfer(P, b"t1", b"m1", 0.0)
+    net.pump()
+    t = outgoing_tag(*P, b"t1")
+    rec = a.origin_records()[t]
+    assert a._recent_records() == [rec]
+    assert [d[1:3] for d in net.take("deliver")] == [(b2, t)]
+    b.subscriber_accepted(b2, t, 0.0)
+    (src, dst, accept) = net.wire.popleft()
+    assert (src, dst, accept[0], accept[2]) == ("B", "A", "ACCEPT", t) and not net.wire
+    twin = t[:8] + bytes(x ^ 0xFF for x in t[8:])  # the same slot, another tag
+    a.receive("B", (*accept[:2], twin, *accept[3:]), 0.0)
+    net.pump()
+    a.receive("B", (*accept[:2], t[:8], *accept[3:]), 0.0)  # a tag's first bytes alone
+    net.pump()
+    assert net.take("accept") == [] and rec.subs == {S2: SubState.PENDING}
+    a.receive("B", (*accept[:2], bytes(bytearray(t)), *accept[3:]), 0.0)  # equal, not `t`
+    net.pump()
+    assert net.take("accept") == [("accept", P, b"t1")]
+    a.publisher_settled(P, b"t1", 0.0)
+    net.pump()
+    assert [s[1:] for s in net.take("settle")] == [(b2, t)]
+    b.subscriber_settled(b2, t, 0.0)
+    net.pump()
+    assert a.origin_records() == {} and a._recent_records() == []
+
+
+def test_the_table_of_recent_records_grows_with_the_records_in_flight_and_holds_no_other() -> None:
+    """EoCore._recent doubles while more records are in flight than half its slots, keeping
+    what it held: every record it holds is one `_origins` holds, and an ACCEPT finds each
+    record in flight, through it or through the dict."""
+    net = Net("AB")
+    a, b = net.r["A"], net.r["B"]
+    b2 = b.subscriber_attached(S2, [], 0.0)
+    net.pump()
+    a.publisher_attached(P, [], 0.0)
+    tags = [b"%d" % i for i in range(1500)]
+    for tag in tags:
+        a.publisher_transfer(P, tag, b"m", 0.0)
+    net.pump()
+    held = a._recent_records()
+    origins = a.origin_records()
+    assert len(held) > 1500 // 2 and all(origins[r.out_tag] is r for r in held)
+    for tag in tags:
+        b.subscriber_accepted(b2, outgoing_tag(*P, tag), 0.0)
+    net.pump()
+    assert sorted(x[2] for x in net.take("accept")) == sorted(tags)

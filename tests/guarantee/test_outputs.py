@@ -6,6 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from qrouter._fast.engine import EoPub
+
 from qrouter._fast.eo_core import OutQueue, scan_memory
 from qrouter.guarantee import Guarantees
 
@@ -188,3 +190,22 @@ def test_compact_records_decode_to_their_tuples_and_are_written_as_documented() 
         lambda g, r, m: g.outputs.record(r, m, compact=m[0] in ("ACCEPT", "FWD"))
     )
     assert [e["ms"] for e in eo_unpack(raw_mixed)] == [e["ms"] for _, e in as_tuples]
+
+
+def test_an_accept_output_reaches_the_publisher_link_held_now() -> None:
+    """The accept output names the publisher's link by the topic and id objects, the same
+    ones output after output (EoLinks.c_pub keeps its last answer for them): a link attached
+    again under the same key, or detached, is the one the next output reaches, or none."""
+    g = _router("A", "B")
+    topic, pub = "events", ("c", "l")
+    first = EoPub(g, pub, topic, None, False)
+    g.pubs[(topic, pub)] = first
+    g._out_accept_publisher(topic, pub, b"t1")  # no delivery: accepted once it is resent
+    assert first.accepted == {b"t1"}
+    again = EoPub(g, pub, topic, None, False)
+    g.pubs[(topic, pub)] = again
+    g._out_accept_publisher(topic, pub, b"t2")
+    assert first.accepted == {b"t1"} and again.accepted == {b"t2"}
+    del g.pubs[(topic, pub)]
+    g._out_accept_publisher(topic, pub, b"t3")
+    assert first.accepted == {b"t1"} and again.accepted == {b"t2"}
