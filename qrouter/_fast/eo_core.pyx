@@ -27,7 +27,7 @@ from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF, PyObject
 from libc.stdint cimport uint32_t, uint64_t
-from cpython.dict cimport PyDict_SetDefault
+from cpython.dict cimport PyDict_GetItem, PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.string cimport memcmp, memcpy, memset
@@ -429,6 +429,15 @@ cdef class OriginRecord:
     # one: its patches and deletes name the record by that number, not by its key
     cdef uint32_t _lo_ref, _lm_ref
     cdef uint64_t _lo_gen, _lm_gen
+    # the value of `_lokey` the log holds (its put whole this generation, patched since:
+    # the router's net changes hold this very object) and what it was encoded from: the
+    # layout, publisher and tag objects. While they all still hold, the next state change
+    # is logged as a patch of its settled and state bytes (`_log_origin`) without encoding
+    # the record again and comparing every byte of the two values
+    cdef bytes _lval
+    cdef _Layout _llayout
+    cdef object _lpub
+    cdef bytes _ltag
     # subs, Sub -> SubState: the subscribers' layout and one state byte each, by position
     cdef _Layout _layout
     cdef unsigned char *_st  # _inline, or allocated when there are more subscribers
@@ -658,7 +667,11 @@ cdef class OriginRecord:
     def encode_state(self):
         """The durable state (`STATE_V2`): written once per loop iteration by the router's
         group commit, so it is a flat binary record rather than JSON."""
-        # (one allocation: the layout's template copied, its state bytes filled in)
+        return self._c_encode_state()
+
+    cdef bytes _c_encode_state(self):
+        # (one allocation: the layout's template copied, its state bytes filled in; a C call
+        # from the group commit, not a Python method call)
         cdef _Layout layout = self._layout
         cdef bytes pub = _pair(self.publisher)
         cdef bytes tag = self.tag
@@ -3575,6 +3588,88 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     return need
 
 
+cdef Py_ssize_t _log_origin(Py_ssize_t n, OriginRecord rec, dict journal, set gone,
+                            set born, bint new) except -1:
+    """An origin record's state (`_log_state`), its keys made already (`_log_keys`).
+
+    When the value the log holds for it is the one it last logged (`_lval`: put whole under
+    a number of the current generation, or patched since, and still what `journal` holds)
+    and it was encoded from the layout, publisher and tag the record has now, the record's
+    encoding now differs from it only in the settled byte and the subscribers' state bytes:
+    those alone are compared, and a change is logged as the same patch (the same bytes)
+    `_log_state` would make from the whole encoding, with no encoding made and compared.
+    Anything else (a first put, numbers off, a new generation, more than a patch holds)
+    goes the whole way."""
+    cdef _Layout layout = rec._layout
+    cdef bytes old = rec._lval
+    cdef bytes value
+    cdef PyObject *held
+    cdef Py_ssize_t nv, base, i, j, count = 0, need
+    cdef Py_ssize_t at[_PATCH_MAX]  # where the bytes differ, ascending
+    cdef unsigned char to[_PATCH_MAX]  # and what they become
+    cdef const unsigned char *a
+    cdef unsigned char *p
+    cdef unsigned char v
+    cdef uint32_t before
+    if (old is not None and not new and _lgen and rec._lo_gen == _lgen
+            and rec._llayout is layout and rec._lpub is rec.publisher
+            and rec._ltag is rec.tag):
+        held = PyDict_GetItem(journal, rec._lokey)
+        if held == <PyObject *>old:
+            nv = PyBytes_GET_SIZE(old)
+            base = nv - PyBytes_GET_SIZE(layout.template)
+            a = <const unsigned char *>PyBytes_AS_STRING(old)
+            v = 1 if rec.settled else 0
+            if a[1] != v:  # (offset 1: the settled byte, before every state byte)
+                at[0] = 1
+                to[0] = v
+                count = 1
+            for i in range(len(layout.subs)):  # (`_at` ascends)
+                v = rec._st[layout._pos[i]]
+                j = base + layout._at[i]
+                if v > S_SEEN or (a[j] != v and count == _PATCH_MAX):
+                    count = -1  # bad (the encoding raises), or a put: the whole way
+                    break
+                if a[j] != v:
+                    at[count] = j
+                    to[count] = v
+                    count += 1
+            if count == 0:
+                return n  # the log holds this value already
+            if count > 0 and at[count - 1] <= 0xffff:
+                value = PyBytes_FromStringAndSize(<const char *>a, nv)
+                p = <unsigned char *>PyBytes_AS_STRING(value)
+                for i in range(count):
+                    p[at[i]] = to[i]
+                need = n + 6 + 3 * count
+                p = _lreserve(n, need)
+                p[0] = _LOG_PATCH_REF
+                _put32(p + 1, rec._lo_ref)
+                p[5] = <unsigned char>count
+                p += 6
+                for i in range(count):
+                    p[0] = (at[i] >> 8) & 0xff
+                    p[1] = at[i] & 0xff
+                    p[2] = to[i]
+                    p += 3
+                journal[rec._lokey] = value
+                rec._lval = value
+                return need
+    value = rec._c_encode_state()
+    before = _lputs
+    need = _log_state(n, rec._lokey, value, journal, gone, born, new, rec._lo_gen,
+                      rec._lo_ref)
+    if _lputs != before:  # put whole: its number
+        rec._lo_ref = before
+        rec._lo_gen = _lgen
+    if need != n:  # put or patched: `journal` holds this value now, encoded from these
+        rec._lval = value
+        rec._llayout = layout
+        rec._lpub = rec.publisher
+        rec._ltag = rec.tag
+    return need
+
+
 cdef bytes _log_key(bytes prefix, char kind, bytes tag):
     """prefix + kind + b"/" + tag, in one allocation (not two concatenations)."""
     cdef Py_ssize_t np = PyBytes_GET_SIZE(prefix), nt = PyBytes_GET_SIZE(tag)
@@ -3654,19 +3749,15 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
             n = _log_del(n, rec._lmkey, journal, gone, born, rec._lm_gen, rec._lm_ref)
             rec._lokey = rec._lmkey = rec._lprefix = None  # (gone: not logged again)
             rec._lo_gen = rec._lm_gen = 0
+            rec._lval = None
         bodies = core._bodies
         known = core._known
         dirty = core._dirty
         for tag, r in dirty.items():
             rec = <OriginRecord>r
             _log_keys(rec, prefix)
-            before = _lputs
-            n = _log_state(n, rec._lokey, rec.encode_state(), journal, gone,
-                           born, tag in bodies and not (known and tag in known),
-                           rec._lo_gen, rec._lo_ref)
-            if _lputs != before:  # put whole: its number
-                rec._lo_ref = before
-                rec._lo_gen = _lgen
+            n = _log_origin(n, rec, journal, gone, born,
+                            tag in bodies and not (known and tag in known))
         mkp = None
         for tag, body in bodies.items():
             r = dirty.get(tag)  # (a body's record is in `_dirty`, which made its keys)

@@ -11,6 +11,7 @@ SIGKILLs it with records only in the log, looks at the store it left, and restar
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -216,6 +217,78 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     _commit(g, t)
     assert c.appends[-1].startswith(b"P\x00\x08" + PREFIX + b"o/M")
     assert _replay(c.appends[since:])[PREFIX + b"o/M"] == many[1].encode_state()
+
+
+def _expected_entry(ref: int, old: bytes, new: bytes) -> bytes:
+    """What `_log_state` logs for a numbered record whose logged value is `old` and whose
+    encoding is `new` now (the reference the logging without an encoding must match): no
+    entry if equal, a patch of up to 16 changed bytes naming it by number, else a put."""
+    at = [i for i in range(len(new)) if len(old) != len(new) or old[i] != new[i]]
+    if not at:
+        return b""
+    if len(old) == len(new) and len(at) <= 16:
+        return (
+            b"u"
+            + ref.to_bytes(4, "big")
+            + bytes([len(at)])
+            + b"".join(i.to_bytes(2, "big") + new[i : i + 1] for i in at)
+        )
+    return b"P"  # (whole: only its kind compared)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_patches_of_a_live_record_match_its_whole_encoding(seed: int) -> None:
+    """The state changes of one record object, logged without encoding it (`_log_origin`:
+    only its settled and state bytes compared with the value the log holds), give the very
+    entries a diff of its whole encodings gives, the replay and the net changes its
+    encoding; a changed publisher, tag or layout still logs what changed (a diff of the
+    whole encoding, a put when it is another length)."""
+    rng = random.Random(seed)
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    _numbers_on(g, engine, c, t)
+    n = rng.choice([1, 3, 16, 17, 20])
+    live = OriginRecord(b"L", ("pub", "link"), b"tag-L", b"body", _subs(*[0] * n), False)
+    key = PREFIX + b"o/L"
+    t._save_origin(live, True)
+    _commit(g, t)
+    logged = live.encode_state()
+    for step in range(60):
+        appended = len(c.appends)
+        change = rng.random()
+        if change < 0.05:
+            live.publisher = ("pub", "lin" + "kx"[step % 2])  # (same length, another value)
+        elif change < 0.1:
+            live.tag = b"tag-" + bytes([65 + step % 26])
+        elif change < 0.15:
+            live.subs = _subs(*[rng.randrange(3) for _ in range(rng.choice([n, n + 1]))])
+        else:
+            states = list(live.subs.values())
+            for _ in range(rng.randrange(1, 4)):
+                states[rng.randrange(len(states))] = rng.randrange(3)
+            live.subs = dict(zip(live.subs, states, strict=True))
+            live.settled = rng.random() < 0.3
+        t._save_origin(live, False)
+        _commit(g, t)
+        now = live.encode_state()
+        numbers = _numbered(c.appends)  # (its number: that of its last put)
+        if step == 31:  # the first change after the checkpoint: whole, a new number
+            expected = b"P"
+        else:
+            expected = _expected_entry(len(numbers) - 1 - numbers[::-1].index(key), logged, now)
+        if not expected:
+            assert len(c.appends) == appended
+        elif expected == b"P":
+            assert c.appends[-1].startswith(b"P\x00\x08" + key), step
+        else:
+            assert c.appends[-1] == expected, step
+        assert _replay(c.appends)[key] == now == engine.journal[key]
+        logged = now
+        if step == 30:
+            engine.checkpoint()
+            assert c.checkpoints[-1][0][key] == now
+            c.appends.clear()
 
 
 def _begun(out_tag: bytes) -> tuple[Guarantees, Router, _Committer, Any, OriginRecord]:
