@@ -435,14 +435,24 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                 # the iteration left it in
                 if self.log is not None:
                     eng = self.log
-                    blob = log_records(
-                        self.writes,
-                        self.loose,
-                        eng.journal,
-                        eng.journal_del,
-                        eng.jborn,
-                        self.log_refs,
-                    )
+                    try:
+                        blob = log_records(
+                            self.writes,
+                            self.loose,
+                            eng.journal,
+                            eng.journal_del,
+                            eng.jborn,
+                            self.log_refs,
+                        )
+                    except Exception as exc:  # noqa: BLE001 - MemoryError, a record it cannot encode
+                        # it applies each entry to the net changes as it makes it: those made
+                        # before it raised are there and in no append. The next commit is a
+                        # checkpoint (of the net changes whole), and until a retry gets past
+                        # this point nothing that depends on the records leaves
+                        eng.log_broken()
+                        self.log_refs.suspend()
+                        self._fail(exc)
+                        return
                     if blob is not None:
                         log_entries(eng, blob)
                 elif self.store is not None:
@@ -451,11 +461,7 @@ class Guarantees(EoLinks):  # type: ignore[misc]
                         check_injected()
                         self.store.commit_writes(puts, deletes)
                     except Exception as exc:  # noqa: BLE001 - a full disk, a full map, EIO
-                        self.held = True
-                        if self.health is not None:
-                            self.health.failed(exc)
-                        else:
-                            log.error("guaranteed topics: store commit failed: %s", exc)
+                        self._fail(exc)
                         return
                     committed(self.writes)
                 else:
@@ -477,6 +483,14 @@ class Guarantees(EoLinks):  # type: ignore[misc]
             if self.core.mesh is not None:
                 for link_id, envelopes in batches.items():
                     self.core.mesh.send_eo(link_id, envelopes)
+
+    def _fail(self, exc: BaseException) -> None:
+        """A commit failed: the records and every output wait for `retry`."""
+        self.held = True
+        if self.health is not None:
+            self.health.failed(exc)
+        else:
+            log.error("guaranteed topics: store commit failed: %s", exc)
 
     def retry(self) -> bool:
         """Commit what a failed commit left, then apply the held outputs; True if there was

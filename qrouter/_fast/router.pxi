@@ -155,6 +155,13 @@ cdef class Router:
         self.ckpt_failed = False
         return True
 
+    def log_broken(self):
+        """The net changes (`journal`) hold entries no append carries: a writer that applies
+        its entries to them as it builds them (eo_core.log_records) raised part-way. The next
+        commit is a checkpoint, which writes the net changes whole, so nothing that depends
+        on them leaves before they are in the store."""
+        self.ckpt_failed = True
+
     def retry_commit(self):
         """Commit what a failed commit left (a timer, with backoff: qrouter/store_health.py).
         Succeeded: the held output goes out. Returns True if something was pending."""

@@ -372,6 +372,31 @@ def test_a_failed_append_holds_the_outputs_until_the_retry() -> None:
     assert len(c.appends) == 1 and PREFIX + b"o/F" in c.appends[0]
 
 
+def test_an_entry_that_cannot_be_made_holds_the_outputs_and_the_next_commit_is_a_checkpoint() -> (
+    None
+):
+    """`log_records` applies each entry to the net changes as it makes it: one that raises
+    part-way (here a topic whose keys no log entry holds) leaves the entries made before it
+    in `journal` and in no append, so a later diff would find them logged. The outputs wait,
+    and the next commit is a checkpoint, which carries the net changes whole."""
+    g, engine, c = _guarantees()
+    t, bad = g.topic("t"), g.topic("u" * 70_000)
+    assert t is not None and bad is not None
+    applied: list[int] = []
+    t._save_origin(_rec(b"G"), True)
+    bad._save_origin(_rec(b"B"), True)
+    t._flush()
+    bad._flush()
+    g.stage(applied.append, (1,))
+    g.flush()
+    assert g.held and applied == [] and not c.appends
+    assert PREFIX + b"o/G" in engine.journal  # made before the entry that raised
+    assert engine.retry_commit()  # the checkpoint, pending though nothing was appended
+    assert PREFIX + b"o/G" in c.checkpoints[-1][0]
+    g.retry()  # the record that cannot be logged is still there: still held
+    assert g.held and applied == []
+
+
 def test_a_topic_made_at_run_time_reads_the_records_with_the_logged_changes() -> None:
     # (a topic dropped idle and named again reads its records: the checkpointed ones, with
     # what was logged since laid over them)
