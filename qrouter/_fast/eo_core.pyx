@@ -22,7 +22,9 @@ import json
 from operator import itemgetter
 
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport (
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE,
+)
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF, PyObject
@@ -1604,7 +1606,9 @@ cdef enum:
 cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
     """`out_tag`'s key in EoCore._recent: its first 8 bytes, uniform (an out tag is a keyed
     BLAKE2b result, eo_tag.pxi), whose low bits are its slot; False for bytes of another
-    length (a peer's, not a tag of ours: the dict is asked)."""
+    length or not bytes (a peer's, not a tag of ours: the dict is asked)."""
+    if not PyBytes_CheckExact(out_tag):
+        return False
     if PyBytes_GET_SIZE(out_tag) != _TAG_SIZE or _TAG_SIZE < 8:
         return False
     memcpy(key, PyBytes_AS_STRING(out_tag), 8)
