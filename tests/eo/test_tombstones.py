@@ -50,6 +50,8 @@ def _settled_at_b() -> tuple[Net, Any, bytes, list[tuple[str, str, Any]]]:
 
 
 def _tombstone(net: Net, t: bytes) -> bool:
+    # (read from the local records, where tombstones are kept today: a change that keeps
+    # them elsewhere changes this helper, not the tests' observable checks)
     rec = net.r["B"].local_records().get(t)
     return rec is not None and rec.settled and rec.all_seen()
 
@@ -79,9 +81,10 @@ def test_a_tombstone_suppresses_a_fwd_again_until_the_barrier() -> None:
 
 
 def test_a_subscriber_back_with_a_tombstone_unsettled_is_settled() -> None:
-    """A resumable subscriber that reattaches with the settled delivery in its unsettled map
-    (it never saw the settlement on its old link) is settled, and SEEN goes to A once it
-    settles: the tombstone is a record in flight again until then."""
+    """A subscriber that attaches with the settled delivery in its unsettled map (one that
+    never saw the settlement on its link; here another link, ("s9", "l"), after the first
+    detached) is settled, and SEEN goes to A once it settles: the tombstone is a record in
+    flight again until then."""
     net, b1, t, _kept = _settled_at_b()
     b = net.r["B"]
     b.subscriber_detached(b1, False, 0.0)
