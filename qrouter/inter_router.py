@@ -198,10 +198,10 @@ class Mesh:
 
     async def _ticker(self) -> None:
         """Tick the routing engine when it has something due (RoutingEngine.next_due: a HELLO
-        to send, a neighbour or a link state to age out, the RA) or after an event passed to
-        it (poke), at most once per TICK, so a burst of control messages is one tick's work
-        and anything is handled within TICK, as with a fixed period. An idle mesh router
-        wakes about twice a second (its HELLO, its neighbour's) instead of ten times: every
+        to send, a neighbour or a link state to age out, the RA) or an event passed to it made
+        something due (poke), at most once per TICK, so a burst of control messages is one
+        tick's work and anything is handled within TICK, as with a fixed period. An idle mesh
+        router ticks once a second (its HELLO) instead of ten times: every
         wake-up costs a router on a loaded machine 100-200 µs, which at moderate message
         rates is a share of each message's CPU (docs/performance.md, issue 18)."""
         loop = self.loop
@@ -231,11 +231,13 @@ class Mesh:
 
     def poke(self) -> None:
         """An event reached the routing engine (a control message, a link up or down, a
-        local address): tick TICK after the last tick, or at once if that is past, unless
-        the ticker already wakes sooner."""
+        local address): if that made something due (a route or an address to apply, a
+        refusal to act on, a first HELLO), tick TICK after the last tick, or at once if that
+        is past, unless the ticker already wakes sooner. A routine HELLO makes nothing due."""
         if self._sleep is None or self.loop is None:
             return
-        at = self._last_tick + TICK
+        due = float("-inf") if self._dirty else self.engine.next_due()
+        at = max(self._last_tick + TICK, due)
         if at < self._wake_at:
             self._wake_at = at
             if self._wake_timer is not None:

@@ -1,6 +1,6 @@
 """An idle mesh router sleeps (issue 18): its routing engine ticks when something is due (a
-HELLO, an age, the RA) or after a control message, not every 0.1 s (qrouter/inter_router.py,
-Mesh._ticker)."""
+HELLO, an age, the RA, what a control message changed), not every 0.1 s
+(qrouter/inter_router.py, Mesh._ticker)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 from tests.clients import run_container
 from tests.mesh_system.mesh import Traffic, mesh
 
-# per router of an idle pair, measured 4.0-4.6 a second (the 1 s housekeeping and heap trim,
+# per router of an idle pair, measured 3.8-4.8 a second (the 1 s housekeeping and heap trim,
 # the inter-router connection's heartbeat tick, the HELLO sent and the one received); a tick
-# every 0.1 s made it 13.6-14
+# every 0.1 s made it 13.2-14
 IDLE_WAKEUPS_PER_S = 8.0
 
 
