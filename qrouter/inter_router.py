@@ -201,9 +201,9 @@ class Mesh:
         to send, a neighbour or a link state to age out, the RA) or an event passed to it made
         something due (poke), at most once per TICK, so a burst of control messages is one
         tick's work and anything is handled within TICK, as with a fixed period. An idle mesh
-        router ticks once a second (its HELLO) instead of ten times: every
-        wake-up costs a router on a loaded machine 100-200 µs, which at moderate message
-        rates is a share of each message's CPU (docs/performance.md, issue 18)."""
+        router ticks once a second (its HELLO) instead of ten times: every wake-up costs a
+        router on a loaded machine 100-200 µs, which at moderate message rates is a share of
+        each message's CPU (docs/performance.md, issue 18)."""
         loop = self.loop
         assert loop is not None
         while True:
@@ -234,8 +234,8 @@ class Mesh:
         local address): if that made something due (a route or an address to apply, a
         refusal to act on, a first HELLO), tick TICK after the last tick, or at once if that
         is past, unless the ticker already wakes sooner. A routine HELLO makes nothing due."""
-        if self._sleep is None or self.loop is None:
-            return
+        if self._sleep is None or self._sleep.done() or self.loop is None:
+            return  # the ticker is about to tick (and then looks at next_due itself)
         due = float("-inf") if self._dirty else self.engine.next_due()
         at = max(self._last_tick + TICK, due)
         if at < self._wake_at:
