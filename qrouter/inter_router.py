@@ -62,7 +62,8 @@ P_COST = Symbol("qrouter-cost")
 AMQP_VALUE = ULong(0x77)  # 3.2.8 amqp-value: the body section of a control message
 CONTROL_CREDIT = 1000
 EO_OP = "EO"  # a control message that carries a guaranteed topic's message (qrouter/guarantee.py)
-TICK = 0.1  # seconds between routing engine ticks (docs/mesh.md: 0.1-0.25 s)
+TICK = 0.1  # seconds: at most one routing engine tick per TICK (docs/mesh.md: 0.1-0.25 s)
+TICK_MAX = 1.0  # seconds: the longest the ticker sleeps while the engine has nothing due
 
 
 def is_inter_router_open(fields: dict[str, Any]) -> bool:
@@ -117,6 +118,11 @@ class Mesh:
         self._dirty: set[str] = set()
         self._touched: list[Link] = []
         self._check_scheduled = False
+        # the ticker's sleep (_ticker): a future that its timer or `poke` completes
+        self._sleep: asyncio.Future[None] | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
+        self._wake_at = 0.0
+        self._last_tick = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._connector_tasks: dict[int, asyncio.Task[None]] = {}  # id(cc) -> its task
         self._connect: Callable[[ConnectorConfig], Any] | None = None
@@ -191,16 +197,52 @@ class Mesh:
             task.cancel()
 
     async def _ticker(self) -> None:
-        assert self.loop is not None
+        """Tick the routing engine when it has something due (RoutingEngine.next_due: a HELLO
+        to send, a neighbour or a link state to age out, the RA) or an event passed to it made
+        something due (poke), at most once per TICK, so a burst of control messages is one
+        tick's work and anything is handled within TICK, as with a fixed period. An idle mesh
+        router ticks once a second (its HELLO) instead of ten times: every wake-up costs a
+        router on a loaded machine 100-200 µs, which at moderate message rates is a share of
+        each message's CPU (docs/performance.md, issue 18)."""
+        loop = self.loop
+        assert loop is not None
         while True:
-            self.engine.tick(self.loop.time())
+            self._last_tick = now = loop.time()
+            self.engine.tick(now)
             for link_id, reason in self.engine.refused_links().items():
                 peer = self.peers.get(link_id)
                 if peer is not None and not peer.conn.closed:
                     log.error("[C%d] refusing router %r: %s", link_id, peer.router_id, reason)
                     peer.conn.close("amqp:unauthorized-access", f"refused: {reason}")
             self._apply()
-            await asyncio.sleep(TICK)
+            due = min(self.engine.next_due(), now + TICK_MAX)  # TICK_MAX: a safety net
+            self._wake_at = max(due, now + TICK)
+            self._sleep = loop.create_future()
+            self._wake_timer = loop.call_at(self._wake_at, self._wake)
+            try:
+                await self._sleep
+            finally:
+                self._wake_timer.cancel()
+                self._sleep = None
+
+    def _wake(self) -> None:
+        if self._sleep is not None and not self._sleep.done():
+            self._sleep.set_result(None)
+
+    def poke(self) -> None:
+        """An event reached the routing engine (a control message, a link up or down, a
+        local address): if that made something due (a route or an address to apply, a
+        refusal to act on, a first HELLO), tick TICK after the last tick, or at once if that
+        is past, unless the ticker already wakes sooner. A routine HELLO makes nothing due."""
+        if self._sleep is None or self._sleep.done() or self.loop is None:
+            return  # the ticker is about to tick (and then looks at next_due itself)
+        due = float("-inf") if self._dirty else self.engine.next_due()
+        at = max(self._last_tick + TICK, due)
+        if at < self._wake_at:
+            self._wake_at = at
+            if self._wake_timer is not None:
+                self._wake_timer.cancel()
+            self._wake_timer = self.loop.call_at(at, self._wake)
 
     async def _connector(
         self, cc: ConnectorConfig, connect: Callable[[ConnectorConfig], Any]
@@ -395,6 +437,7 @@ class Mesh:
                 return
         assert self.loop is not None
         self.engine.receive(peer.link_id, message, self.loop.time())
+        self.poke()
 
     def _from_behind(self, peer: Peer, envelopes: Any) -> Any:
         """The envelopes whose origin ("from") is behind `peer` (router.mesh.RoutingEngine
@@ -450,6 +493,7 @@ class Mesh:
         log.info("[C%d] inter-router connection to %r closed", conn.conn_id, peer.router_id)
         if peer.up:
             self.engine.link_down(peer.link_id)
+            self.poke()
         self._apply()
 
     def _maybe_up(self, peer: Peer) -> None:
@@ -457,6 +501,7 @@ class Mesh:
             return
         peer.up = True
         self.engine.link_up(peer.link_id, peer.cost)
+        self.poke()  # its first HELLO goes at the next tick
         assert self.loop is not None
         for message in peer.early:
             self._dispatch(peer, message)
@@ -505,10 +550,12 @@ class Mesh:
             if has_local and address not in self.local:
                 self.local.add(address)
                 self.engine.local_address_added(address)
+                self.poke()
                 self._dirty.add(address)
             elif not has_local and address in self.local:
                 self.local.discard(address)
                 self.engine.local_address_removed(address)
+                self.poke()
                 self._dirty.add(address)
         self._apply()
 

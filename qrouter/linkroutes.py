@@ -248,6 +248,8 @@ class LinkRoutes:
             mesh.engine.local_address_added(key)
         for key in sorted(self.advertised - up):
             mesh.engine.local_address_removed(key)
+        if up != self.advertised:
+            mesh.poke()
         self.advertised = up
 
     def on_any_attach(self, conn: Connection, link: Link, fields: dict[str, Any]) -> bool:

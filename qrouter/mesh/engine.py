@@ -138,6 +138,19 @@ class RoutingEngine:
             self._dirty = True
         self._update_routes()
 
+    def next_due(self) -> float:
+        """The earliest time at which `tick` has work (-inf: at once): a HELLO to send or a
+        neighbour to age out, the next RA, a router's link state to age out. Between such
+        times `tick` changes nothing, so a data plane may tick then (and after any event it
+        passed in) instead of at a fixed period; `tick` stays safe to call at any time."""
+        if self._dirty or self._hello.pending_log or self._next_ra is None:
+            return float("-inf")
+        return min(
+            self._hello.next_due(),
+            self._next_ra,
+            self._ls.next_expiry(self.remote_ls_max_age),
+        )
+
     def local_address_added(self, address: str) -> None:
         update = self._mobile.add_local(address)
         if update is not None:

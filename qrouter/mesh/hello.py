@@ -110,6 +110,18 @@ class HelloProtocol:
                 out.append((link.link_id, self._hello_for(link)))
         return out
 
+    def next_due(self) -> float:
+        """When `due` or `expire` next has work: the earliest HELLO to send (-inf: a link
+        that has sent none yet) or claim to age out (it does once older than max_age)."""
+        at = float("inf")
+        for link in self._links.values():
+            if link.next_hello is None:
+                return float("-inf")
+            at = min(at, link.next_hello)
+            if link.claim_id is not None:
+                at = min(at, link.last_heard + self.max_age)
+        return at
+
     # -- state -------------------------------------------------------------------------------
 
     def adjacencies(self) -> dict[str, Adjacency]:

@@ -90,6 +90,10 @@ class LinkStateDB:
             return None
         return LinkStateUpdate(router_id, record.instance, record.ls_seq, dict(record.peers))
 
+    def next_expiry(self, max_age: float) -> float:
+        """When `expire` next may drop a router (inf: none held)."""
+        return min((rec.last_seen for rec in self.remote.values()), default=float("inf")) + max_age
+
     def expire(self, now: float, max_age: float) -> list[str]:
         """Drop routers whose state has not been refreshed within max_age."""
         gone = [rid for rid, rec in self.remote.items() if now - rec.last_seen > max_age]
