@@ -208,14 +208,20 @@ class Mesh:
         assert loop is not None
         while True:
             self._last_tick = now = loop.time()
-            self.engine.tick(now)
-            for link_id, reason in self.engine.refused_links().items():
-                peer = self.peers.get(link_id)
-                if peer is not None and not peer.conn.closed:
-                    log.error("[C%d] refusing router %r: %s", link_id, peer.router_id, reason)
-                    peer.conn.close("amqp:unauthorized-access", f"refused: {reason}")
-            self._apply()
-            due = min(self.engine.next_due(), now + TICK_MAX)  # TICK_MAX: a safety net
+            due = now + TICK
+            try:
+                self.engine.tick(now)
+                for link_id, reason in self.engine.refused_links().items():
+                    peer = self.peers.get(link_id)
+                    if peer is not None and not peer.conn.closed:
+                        log.error("[C%d] refusing router %r: %s", link_id, peer.router_id, reason)
+                        peer.conn.close("amqp:unauthorized-access", f"refused: {reason}")
+                self._apply()
+                due = min(self.engine.next_due(), now + TICK_MAX)  # TICK_MAX: a safety net
+            except Exception:
+                # a bug here must not end the ticker: the router would stop sending HELLOs
+                # and its neighbours drop it, with nothing said until it exits
+                log.exception("mesh: tick failed; ticking again in %.1f s", TICK)
             self._wake_at = max(due, now + TICK)
             self._sleep = loop.create_future()
             self._wake_timer = loop.call_at(self._wake_at, self._wake)
@@ -236,7 +242,10 @@ class Mesh:
         is past, unless the ticker already wakes sooner. A routine HELLO makes nothing due."""
         if self._sleep is None or self._sleep.done() or self.loop is None:
             return  # the ticker is about to tick (and then looks at next_due itself)
-        due = float("-inf") if self._dirty else self.engine.next_due()
+        try:
+            due = float("-inf") if self._dirty else self.engine.next_due()
+        except Exception:  # the tick says what (logged there); the caller carries on
+            due = float("-inf")
         at = max(self._last_tick + TICK, due)
         if at < self._wake_at:
             self._wake_at = at
@@ -395,6 +404,7 @@ class Mesh:
                 del peer.xlinks[address]
                 self._count(address, -1)
                 self._dirty.add(address)
+                self.poke()  # applied (the link reopened or let go) within TICK, as before
 
     def on_message(self, conn: Connection, link: Link, payload: bytes) -> None:
         peer: Peer | None = conn.info if isinstance(conn.info, Peer) else None
