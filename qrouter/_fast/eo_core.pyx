@@ -66,6 +66,34 @@ cdef extern from *:
     """
     unsigned long long eo_dict_version(dict d)
 
+cdef extern from *:
+    """
+    /* A bytes object that `holders` references (counted by the caller: every one is its
+       own) are all there is to: no one else can see it change. Changed in place, its cached
+       hash (none: a record's value is never a key, but cheap to be sure) is forgotten. Not
+       on a build where the layout may differ: there, never unshared (the caller copies). */
+    static CYTHON_INLINE int eo_bytes_unshared(PyObject *b, Py_ssize_t holders) {
+    #if !defined(PYPY_VERSION) && !defined(Py_LIMITED_API) && !defined(Py_GIL_DISABLED)
+        return PyBytes_CheckExact(b) && Py_REFCNT(b) == holders && PyBytes_GET_SIZE(b) > 1;
+    #else
+        (void)b; (void)holders;
+        return 0;
+    #endif
+    }
+    static CYTHON_INLINE void eo_bytes_forget_hash(PyObject *b) {
+    #if !defined(PYPY_VERSION) && !defined(Py_LIMITED_API) && !defined(Py_GIL_DISABLED)
+    #pragma GCC diagnostic push
+    #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        ((PyBytesObject *)b)->ob_shash = -1;  /* (3.11 deprecated the field; it is there) */
+    #pragma GCC diagnostic pop
+    #else
+        (void)b;
+    #endif
+    }
+    """
+    bint eo_bytes_unshared(object b, Py_ssize_t holders)
+    void eo_bytes_forget_hash(object b)
+
 
 cdef int EO_VERSION = 1
 PROTOCOL_VERSION = EO_VERSION  # messages.EO_VERSION
@@ -3613,7 +3641,9 @@ cdef Py_ssize_t _log_origin(Py_ssize_t n, OriginRecord rec, dict journal, set go
     cdef unsigned char to[_PATCH_MAX]  # and what they become
     cdef const unsigned char *a
     cdef unsigned char *p
+    cdef unsigned char *q
     cdef unsigned char v
+    cdef bint copied
     cdef uint32_t before
     if (old is not None and not new and _lgen and rec._lo_gen == _lgen
             and rec._llayout is layout and rec._lpub is rec.publisher
@@ -3641,12 +3671,21 @@ cdef Py_ssize_t _log_origin(Py_ssize_t n, OriginRecord rec, dict journal, set go
             if count == 0:
                 return n  # the log holds this value already
             if count > 0 and at[count - 1] <= 0xffff:
-                value = PyBytes_FromStringAndSize(<const char *>a, nv)
-                p = <unsigned char *>PyBytes_AS_STRING(value)
-                for i in range(count):
-                    p[at[i]] = to[i]
                 need = n + 6 + 3 * count
-                p = _lreserve(n, need)
+                p = _lreserve(n, need)  # (first: should it raise, nothing has changed)
+                # `journal`, `_lval` and `old` here hold the value and no one else: it is
+                # changed where it is (no copy of the record, no store into `journal`, which
+                # holds it already). Else (a checkpoint or a reader holding it) a changed copy
+                if eo_bytes_unshared(old, 3):
+                    value = old
+                    eo_bytes_forget_hash(value)
+                    copied = False
+                else:
+                    value = PyBytes_FromStringAndSize(<const char *>a, nv)
+                    copied = True
+                q = <unsigned char *>PyBytes_AS_STRING(value)
+                for i in range(count):
+                    q[at[i]] = to[i]
                 p[0] = _LOG_PATCH_REF
                 _put32(p + 1, rec._lo_ref)
                 p[5] = <unsigned char>count
@@ -3656,8 +3695,9 @@ cdef Py_ssize_t _log_origin(Py_ssize_t n, OriginRecord rec, dict journal, set go
                     p[1] = at[i] & 0xff
                     p[2] = to[i]
                     p += 3
-                journal[rec._lokey] = value
-                rec._lval = value
+                if copied:
+                    journal[rec._lokey] = value
+                    rec._lval = value
                 return need
     value = rec._c_encode_state()
     before = _lputs

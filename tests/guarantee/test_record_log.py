@@ -219,6 +219,44 @@ def test_a_state_change_in_the_interval_is_logged_as_a_patch() -> None:
     assert _replay(c.appends[since:])[PREFIX + b"o/M"] == many[1].encode_state()
 
 
+def test_a_patch_changes_no_value_someone_else_holds() -> None:
+    """A patch changes the net changes' value of the record where it is when only they and
+    the record's logging hold it (no copy a change); a value anyone else holds (a reader of
+    `journal`, a checkpoint) keeps its bytes: the net changes get a changed copy."""
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    _numbers_on(g, engine, c, t)
+    live = OriginRecord(b"H", ("pub", "link"), b"tag-H", b"body", _subs(0, 0, 0), False)
+    key = PREFIX + b"o/H"
+    t._save_origin(live, True)
+    _commit(g, t)
+    ident = id(engine.journal[key])
+    for states in ((1, 0, 0), (1, 1, 0)):
+        live.subs = _subs(*states)
+        t._save_origin(live, False)
+        _commit(g, t)
+        assert c.appends[-1][:1] == b"u"
+        assert id(engine.journal[key]) == ident  # (changed where it is)
+        assert engine.journal[key] == live.encode_state() == _replay(c.appends)[key]
+    held = engine.journal[key]
+    before = bytes(held)  # (a copy: what `held` must stay)
+    live.subs, live.settled = _subs(2, 1, 0), True
+    t._save_origin(live, False)
+    _commit(g, t)
+    assert c.appends[-1][:1] == b"u"
+    assert held == before and held is not engine.journal[key]
+    assert engine.journal[key] == live.encode_state() == _replay(c.appends)[key]
+    del held
+    # (the copy is the one the net changes and the record hold now: changed where it is)
+    ident = id(engine.journal[key])
+    live.subs = _subs(2, 2, 0)
+    t._save_origin(live, False)
+    _commit(g, t)
+    assert id(engine.journal[key]) == ident
+    assert engine.journal[key] == live.encode_state() == _replay(c.appends)[key]
+
+
 def _expected_entry(ref: int, old: bytes, new: bytes) -> bytes:
     """What `_log_state` logs for a numbered record whose logged value is `old` and whose
     encoding is `new` now (the reference the logging without an encoding must match): no
