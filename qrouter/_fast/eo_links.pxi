@@ -36,6 +36,10 @@ from qrouter._fast.eo_core cimport (
 
 _eo_log = logging.getLogger("qrouter.guarantee")
 
+# the items (72 bytes each) an empty output queue kept for reuse may hold room for
+# (EoLinks._spare); a burst's larger array is freed once applied
+cdef Py_ssize_t _SPARE_OUTPUTS = 2048
+
 cdef extern from *:
     """
     /* A dict's version (PEP 509), as eo_core.pyx's eo_dict_version: an equal version means
@@ -254,6 +258,17 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     cdef object _pub_pub
     cdef EoPub _pub_hit
     cdef unsigned long long _pub_version
+    # apply_outputs' queue of the batch it applies, kept between batches (None while one is
+    # applied): swapped with `outputs`, its array and `outputs`' are reused iteration after
+    # iteration, not grown from nothing by doubling (a realloc and a copy each time) for every
+    # batch; trimmed to _SPARE_OUTPUTS items once applied
+    cdef OutQueue _spare
+    # while apply_outputs applies a batch: the loop's time, read once at the first output
+    # that wants it (c_now), so that a batch of accept outputs reads the clock once, not once
+    # per output; the outputs of one batch run in one go, within the loop's iteration
+    cdef bint _batching
+    cdef bint _batch_has_now
+    cdef double _batch_now
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -273,7 +288,16 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
 
     cdef double c_now(self) except? -1:
         """The loop's `time()` (what the tick and Python see), per input: for uvloop's own
-        `time`, the same value read in C (_uv_time) rather than through a Python call."""
+        `time`, the same value read in C (_uv_time) rather than through a Python call; within
+        a batch of outputs (apply_outputs), the value read for its first output that asked."""
+        if self._batching:
+            if not self._batch_has_now:
+                self._batch_now = self.c_read_now()
+                self._batch_has_now = True
+            return self._batch_now
+        return self.c_read_now()
+
+    cdef double c_read_now(self) except? -1:
         loop = self.loop
         if loop is not None:
             if loop is not self._clock_of:
@@ -293,11 +317,17 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         """Apply `outputs` in order (after their records are committed), leaving it empty;
         one that fails is logged and does not stop the others. What they stage (their
         records, more outputs) goes to `self.outputs` for the next commit."""
-        cdef OutQueue batch = OutQueue()
+        cdef OutQueue batch = self._spare
         cdef EoOut *o
         cdef Py_ssize_t i
         cdef int kind
+        cdef bint batching = self._batching
+        if batch is None:  # (one applying already: an output that applies outputs)
+            batch = OutQueue()
+        self._spare = None
         batch.swap(outputs)
+        self._batching = True
+        self._batch_has_now = False
         try:
             for i in range(batch.n):
                 o = &batch.items[i]  # (batch is ours alone: what they stage goes elsewhere)
@@ -324,6 +354,10 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
                                       batch.entries()[i])
         finally:
             batch.clear()
+            batch.trim(_SPARE_OUTPUTS)
+            self._spare = batch
+            self._batching = batching
+            self._batch_has_now = False
 
     # -- the outputs ---------------------------------------------------------------------------
 
