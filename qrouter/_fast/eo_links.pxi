@@ -164,7 +164,12 @@ cdef class EoSub(EoEntry):
     cdef readonly tuple sub
     cdef readonly bint resumable
     cdef public set settling  # settled by us, awaiting theirs
-    cdef public set peer_settled  # the subscriber settled first
+    # the subscriber settled first (exactly-once), awaiting the core's settle output: as a
+    # rule its delivery, left in `deliveries` with its `remote_settled` (so that the output
+    # finds it there with the look-up it makes anyway, not in a set added to and taken from
+    # once a message); here only the out tags whose settled delivery another one of the same
+    # out tag replaced in `deliveries` (c_deliver)
+    cdef public set peer_settled
 
     def __init__(self, EoLinks owner, tuple att, tuple sub, str topic, Link link,
                  bint resumable):
@@ -193,13 +198,12 @@ cdef class EoSub(EoEntry):
                              self.link.name, code, self.topic)
             eo_subscriber_accepted(t, self.att, tag, now)
         if settled:
-            if tag in self.settling:
+            if self.settling and tag in self.settling:  # (empty unless resumable)
                 self.settling.discard(tag)
                 eo_subscriber_settled(t, self.att, tag, now)
-            elif self.deliveries.get(tag) is d:
+            elif self.deliveries.get(tag) is d and not t.eo:
                 del self.deliveries[tag]
-                if t.eo:
-                    self.peer_settled.add(tag)
+            # (exactly-once: kept, its `remote_settled` says the subscriber settled first)
         return 0
 
 
@@ -412,7 +416,13 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         if self.journal:
             # the journal names the publisher's delivery, so rows join across routers
             prefix, tag = self.journal_origin(s.topic, out_tag)
-        s.deliveries[out_tag] = s.link.c_send(out_tag, body, False, 0, resume, None, prefix, tag)
+        cdef Delivery d = s.link.c_send(out_tag, body, False, 0, resume, None, prefix, tag)
+        cdef dict deliveries = s.deliveries
+        old = deliveries.setdefault(out_tag, d)  # (one look-up: a new out tag, as a rule)
+        if old is not d:  # the out tag delivered again on this attachment
+            if (<Delivery>old).remote_settled:
+                s.peer_settled.add(out_tag)  # (the settled one's mark, kept)
+            deliveries[out_tag] = d
         return 0
 
     cdef int c_settle_subscriber(self, att, bytes out_tag) except -1:
@@ -420,10 +430,14 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         if s is None:
             return 0
         cdef Delivery d = s.deliveries.pop(out_tag, None)
-        if out_tag in s.peer_settled or (d is not None and not d.sent):
+        cdef bint first = d is not None and d.remote_settled  # (EoSub.peer_settled)
+        if first or (s.peer_settled and out_tag in s.peer_settled) or (
+            d is not None and not d.sent
+        ):
             # it settled first (or never saw it): nothing more to tell it
-            s.peer_settled.discard(out_tag)
-            if d is not None:
+            if s.peer_settled:
+                s.peer_settled.discard(out_tag)
+            if d is not None and not first:
                 d.c_settle(False)
             if s.resumable:
                 t = self.topics.get(s.topic)
