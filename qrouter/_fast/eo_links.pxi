@@ -62,6 +62,23 @@ cdef class EoEntry:
     cdef readonly str topic
     cdef readonly Link link
     cdef public dict deliveries  # tag -> engine Delivery
+    # the topic's core (`owner.topics[topic]`) last found, and `topics`' version (PEP 509)
+    # then: an equal version is the same dict unchanged, so the same answer without a look-up
+    # per transfer, outcome or accept output (0: not known, looked up)
+    cdef object _core
+    cdef unsigned long long _core_version
+
+    cdef object c_core(self):
+        """owner.topics.get(topic): the last answer again while `topics` is unchanged."""
+        cdef dict topics = self.owner.topics
+        cdef unsigned long long version = eol_dict_version(topics)
+        if version and version == self._core_version:
+            return self._core
+        t = topics.get(self.topic)
+        if version:
+            self._core = t
+            self._core_version = version
+        return t
 
     def bind(self):
         """Take the link's deliveries (from now on the engine calls us, not the handler)."""
@@ -112,7 +129,9 @@ cdef class EoPub(EoEntry):
 
     cdef int on_transfer(self, Delivery d) except -1:
         cdef EoLinks g = self.owner
-        t = g.topics[self.topic]
+        t = self.c_core()
+        if t is None:
+            raise KeyError(self.topic)  # (as g.topics[self.topic] would)
         tag = d.tag
         payload = d.payload
         cdef double now = g.c_now()
@@ -133,7 +152,7 @@ cdef class EoPub(EoEntry):
             else:
                 self.deliveries[tag] = d
             eo_publisher_transfer(t, self.pub, tag, payload, now)
-            if tag in self.accepted:
+            if self.accepted and tag in self.accepted:  # (empty but after a resend)
                 self.accepted.discard(tag)
                 g.outputs.push(OUT_ACCEPT_PUBLISHER, self.topic, self.pub, tag, None, False)
                 if not g.scheduled:
@@ -147,7 +166,10 @@ cdef class EoPub(EoEntry):
         tag = d.tag
         if self.deliveries.get(tag) is d:
             del self.deliveries[tag]
-        eo_publisher_settled(g.topics[self.topic], self.pub, tag, None, None, g.c_now())
+        t = self.c_core()
+        if t is None:
+            raise KeyError(self.topic)  # (as g.topics[self.topic] would)
+        eo_publisher_settled(t, self.pub, tag, None, None, g.c_now())
         self.top_up()
         return 0
 
@@ -188,7 +210,9 @@ cdef class EoSub(EoEntry):
         if not code and not settled:
             return 0
         cdef EoLinks g = self.owner
-        t = g.topics[self.topic]
+        t = self.c_core()
+        if t is None:
+            raise KeyError(self.topic)  # (as g.topics[self.topic] would)
         tag = d.tag
         cdef double now = g.c_now()
         if is_terminal(code):
@@ -440,7 +464,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
             if d is not None and not first:
                 d.c_settle(False)
             if s.resumable:
-                t = self.topics.get(s.topic)
+                t = s.c_core()
                 if t is not None:
                     eo_subscriber_settled(t, att, out_tag, self.c_now())
             return 0
@@ -464,9 +488,10 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         cdef EoPub p = self.c_pub(topic, pub)
         if p is None:
             return 0
-        if tag in p.presettled:
+        # (the topic's core: the one p keeps, p being the link of `topic` here)
+        if p.presettled and tag in p.presettled:  # (empty unless it sends settled)
             p.presettled.discard(tag)
-            t = self.topics.get(topic)
+            t = p.c_core() if p.topic is topic else self.topics.get(topic)
             if t is not None:
                 eo_publisher_settled(t, pub, tag, out_tag, origin, self.c_now())
             return 0
@@ -479,7 +504,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         self.accepted_tags.add(p.key, tag, now)
         if p.settle_first:
             del p.deliveries[tag]
-            t = self.topics.get(topic)
+            t = p.c_core() if p.topic is topic else self.topics.get(topic)
             if t is not None:
                 eo_publisher_settled(t, pub, tag, out_tag, origin, now)
             p.top_up()
