@@ -51,6 +51,7 @@ cdef class OutQueue:
     cdef int push_record(self, int op, topic, router, t, x, tag, body, targets) except -1
     cdef int push_copy(self, EoOut *o) except -1
     cdef int move_to(self, OutQueue dst) except -1
+    cdef void trim(self, Py_ssize_t keep) noexcept
     cdef void swap(self, OutQueue other)
     cdef void clear(self)
 

@@ -1402,6 +1402,14 @@ cdef class OutQueue:
         self.head = self.n = self.n_port = 0
         return 0
 
+    cdef void trim(self, Py_ssize_t keep) noexcept:
+        """Free the array of an empty queue that a burst grew past `keep` items (a queue kept
+        for reuse holds no more than that at rest)."""
+        if self.n == 0 and self.cap > keep:
+            PyMem_Free(self.items)
+            self.items = NULL
+            self.head = self.cap = 0
+
     cdef void swap(self, OutQueue other):
         self.items, other.items = other.items, self.items
         self.head, other.head = other.head, self.head

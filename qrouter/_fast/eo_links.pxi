@@ -36,6 +36,10 @@ from qrouter._fast.eo_core cimport (
 
 _eo_log = logging.getLogger("qrouter.guarantee")
 
+# the items (72 bytes each) an empty output queue kept for reuse may hold room for
+# (EoLinks._spare); a burst's larger array is freed once applied
+cdef Py_ssize_t _SPARE_OUTPUTS = 2048
+
 cdef extern from *:
     """
     /* A dict's version (PEP 509), as eo_core.pyx's eo_dict_version: an equal version means
@@ -58,6 +62,23 @@ cdef class EoEntry:
     cdef readonly str topic
     cdef readonly Link link
     cdef public dict deliveries  # tag -> engine Delivery
+    # the topic's core (`owner.topics[topic]`) last found, and `topics`' version (PEP 509)
+    # then: an equal version is the same dict unchanged, so the same answer without a look-up
+    # per transfer, outcome or accept output (0: not known, looked up)
+    cdef object _core
+    cdef unsigned long long _core_version
+
+    cdef object c_core(self):
+        """owner.topics.get(topic): the last answer again while `topics` is unchanged."""
+        cdef dict topics = self.owner.topics
+        cdef unsigned long long version = eol_dict_version(topics)
+        if version and version == self._core_version:
+            return self._core
+        t = topics.get(self.topic)
+        if version:
+            self._core = t
+            self._core_version = version
+        return t
 
     def bind(self):
         """Take the link's deliveries (from now on the engine calls us, not the handler)."""
@@ -108,7 +129,9 @@ cdef class EoPub(EoEntry):
 
     cdef int on_transfer(self, Delivery d) except -1:
         cdef EoLinks g = self.owner
-        t = g.topics[self.topic]
+        t = self.c_core()
+        if t is None:
+            raise KeyError(self.topic)  # (as g.topics[self.topic] would)
         tag = d.tag
         payload = d.payload
         cdef double now = g.c_now()
@@ -129,7 +152,7 @@ cdef class EoPub(EoEntry):
             else:
                 self.deliveries[tag] = d
             eo_publisher_transfer(t, self.pub, tag, payload, now)
-            if tag in self.accepted:
+            if self.accepted and tag in self.accepted:  # (empty but after a resend)
                 self.accepted.discard(tag)
                 g.outputs.push(OUT_ACCEPT_PUBLISHER, self.topic, self.pub, tag, None, False)
                 if not g.scheduled:
@@ -143,7 +166,10 @@ cdef class EoPub(EoEntry):
         tag = d.tag
         if self.deliveries.get(tag) is d:
             del self.deliveries[tag]
-        eo_publisher_settled(g.topics[self.topic], self.pub, tag, None, None, g.c_now())
+        t = self.c_core()
+        if t is None:
+            raise KeyError(self.topic)  # (as g.topics[self.topic] would)
+        eo_publisher_settled(t, self.pub, tag, None, None, g.c_now())
         self.top_up()
         return 0
 
@@ -160,7 +186,12 @@ cdef class EoSub(EoEntry):
     cdef readonly tuple sub
     cdef readonly bint resumable
     cdef public set settling  # settled by us, awaiting theirs
-    cdef public set peer_settled  # the subscriber settled first
+    # the subscriber settled first (exactly-once), awaiting the core's settle output: as a
+    # rule its delivery, left in `deliveries` with its `remote_settled` (so that the output
+    # finds it there with the look-up it makes anyway, not in a set added to and taken from
+    # once a message); here only the out tags whose settled delivery another one of the same
+    # out tag replaced in `deliveries` (c_deliver)
+    cdef public set peer_settled
 
     def __init__(self, EoLinks owner, tuple att, tuple sub, str topic, Link link,
                  bint resumable):
@@ -179,7 +210,9 @@ cdef class EoSub(EoEntry):
         if not code and not settled:
             return 0
         cdef EoLinks g = self.owner
-        t = g.topics[self.topic]
+        t = self.c_core()
+        if t is None:
+            raise KeyError(self.topic)  # (as g.topics[self.topic] would)
         tag = d.tag
         cdef double now = g.c_now()
         if is_terminal(code):
@@ -189,13 +222,12 @@ cdef class EoSub(EoEntry):
                              self.link.name, code, self.topic)
             eo_subscriber_accepted(t, self.att, tag, now)
         if settled:
-            if tag in self.settling:
+            if self.settling and tag in self.settling:  # (empty unless resumable)
                 self.settling.discard(tag)
                 eo_subscriber_settled(t, self.att, tag, now)
-            elif self.deliveries.get(tag) is d:
+            elif self.deliveries.get(tag) is d and not t.eo:
                 del self.deliveries[tag]
-                if t.eo:
-                    self.peer_settled.add(tag)
+            # (exactly-once: kept, its `remote_settled` says the subscriber settled first)
         return 0
 
 
@@ -254,6 +286,17 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     cdef object _pub_pub
     cdef EoPub _pub_hit
     cdef unsigned long long _pub_version
+    # apply_outputs' queue of the batch it applies, kept between batches (None while one is
+    # applied): swapped with `outputs`, its array and `outputs`' are reused iteration after
+    # iteration, not grown from nothing by doubling (a realloc and a copy each time) for every
+    # batch; trimmed to _SPARE_OUTPUTS items once applied
+    cdef OutQueue _spare
+    # while apply_outputs applies a batch: the loop's time, read once at the first output
+    # that wants it (c_now), so that a batch of accept outputs reads the clock once, not once
+    # per output; the outputs of one batch run in one go, within the loop's iteration
+    cdef bint _batching
+    cdef bint _batch_has_now
+    cdef double _batch_now
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -273,7 +316,16 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
 
     cdef double c_now(self) except? -1:
         """The loop's `time()` (what the tick and Python see), per input: for uvloop's own
-        `time`, the same value read in C (_uv_time) rather than through a Python call."""
+        `time`, the same value read in C (_uv_time) rather than through a Python call; within
+        a batch of outputs (apply_outputs), the value read for its first output that asked."""
+        if self._batching:
+            if not self._batch_has_now:
+                self._batch_now = self.c_read_now()
+                self._batch_has_now = True
+            return self._batch_now
+        return self.c_read_now()
+
+    cdef double c_read_now(self) except? -1:
         loop = self.loop
         if loop is not None:
             if loop is not self._clock_of:
@@ -293,11 +345,17 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         """Apply `outputs` in order (after their records are committed), leaving it empty;
         one that fails is logged and does not stop the others. What they stage (their
         records, more outputs) goes to `self.outputs` for the next commit."""
-        cdef OutQueue batch = OutQueue()
+        cdef OutQueue batch = self._spare
         cdef EoOut *o
         cdef Py_ssize_t i
         cdef int kind
+        cdef bint batching = self._batching
+        if batch is None:  # (one applying already: an output that applies outputs)
+            batch = OutQueue()
+        self._spare = None
         batch.swap(outputs)
+        self._batching = True
+        self._batch_has_now = False
         try:
             for i in range(batch.n):
                 o = &batch.items[i]  # (batch is ours alone: what they stage goes elsewhere)
@@ -324,6 +382,10 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
                                       batch.entries()[i])
         finally:
             batch.clear()
+            batch.trim(_SPARE_OUTPUTS)
+            self._spare = batch
+            self._batching = batching
+            self._batch_has_now = False
 
     # -- the outputs ---------------------------------------------------------------------------
 
@@ -378,7 +440,13 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         if self.journal:
             # the journal names the publisher's delivery, so rows join across routers
             prefix, tag = self.journal_origin(s.topic, out_tag)
-        s.deliveries[out_tag] = s.link.c_send(out_tag, body, False, 0, resume, None, prefix, tag)
+        cdef Delivery d = s.link.c_send(out_tag, body, False, 0, resume, None, prefix, tag)
+        cdef dict deliveries = s.deliveries
+        old = deliveries.setdefault(out_tag, d)  # (one look-up: a new out tag, as a rule)
+        if old is not d:  # the out tag delivered again on this attachment
+            if (<Delivery>old).remote_settled:
+                s.peer_settled.add(out_tag)  # (the settled one's mark, kept)
+            deliveries[out_tag] = d
         return 0
 
     cdef int c_settle_subscriber(self, att, bytes out_tag) except -1:
@@ -386,13 +454,17 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         if s is None:
             return 0
         cdef Delivery d = s.deliveries.pop(out_tag, None)
-        if out_tag in s.peer_settled or (d is not None and not d.sent):
+        cdef bint first = d is not None and d.remote_settled  # (EoSub.peer_settled)
+        if first or (s.peer_settled and out_tag in s.peer_settled) or (
+            d is not None and not d.sent
+        ):
             # it settled first (or never saw it): nothing more to tell it
-            s.peer_settled.discard(out_tag)
-            if d is not None:
+            if s.peer_settled:
+                s.peer_settled.discard(out_tag)
+            if d is not None and not first:
                 d.c_settle(False)
             if s.resumable:
-                t = self.topics.get(s.topic)
+                t = s.c_core()
                 if t is not None:
                     eo_subscriber_settled(t, att, out_tag, self.c_now())
             return 0
@@ -416,9 +488,10 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         cdef EoPub p = self.c_pub(topic, pub)
         if p is None:
             return 0
-        if tag in p.presettled:
+        # (the topic's core: the one p keeps, p being the link of `topic` here)
+        if p.presettled and tag in p.presettled:  # (empty unless it sends settled)
             p.presettled.discard(tag)
-            t = self.topics.get(topic)
+            t = p.c_core() if p.topic is topic else self.topics.get(topic)
             if t is not None:
                 eo_publisher_settled(t, pub, tag, out_tag, origin, self.c_now())
             return 0
@@ -431,7 +504,7 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
         self.accepted_tags.add(p.key, tag, now)
         if p.settle_first:
             del p.deliveries[tag]
-            t = self.topics.get(topic)
+            t = p.c_core() if p.topic is topic else self.topics.get(topic)
             if t is not None:
                 eo_publisher_settled(t, pub, tag, out_tag, origin, now)
             p.top_up()

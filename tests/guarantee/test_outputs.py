@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from qrouter._fast.engine import EoPub
+from qrouter._fast.engine import EoLinks, EoPub
 
 from qrouter._fast.eo_core import OutQueue, scan_memory
 from qrouter.guarantee import Guarantees
@@ -209,3 +209,33 @@ def test_an_accept_output_reaches_the_publisher_link_held_now() -> None:
     del g.pubs[(topic, pub)]
     g._out_accept_publisher(topic, pub, b"t3")
     assert first.accepted == {b"t1"} and again.accepted == {b"t2"}
+
+
+def test_a_batch_of_outputs_reads_the_clock_once() -> None:
+    """The outputs applied after one commit see one time (EoLinks.c_now reads the clock at
+    the first that asks); outside a batch, each read is the loop's time then. An output that
+    applies outputs itself (a batch in a batch) runs them in order, and the outer batch goes
+    on with its own."""
+    g = _router("A", "B")
+    ticks = iter(range(100, 200))
+    g.loop = SimpleNamespace(time=lambda: float(next(ticks)), call_soon=lambda *args: None)  # type: ignore[assignment]
+    seen: list[Any] = []
+
+    def nested() -> None:
+        g.stage(seen.append, ("inner",))
+        g.apply_outputs(g.outputs)
+
+    g.stage(lambda: seen.append(EoLinks.now(g)), ())  # (c_now: Guarantees.now is Python's)
+    g.stage(lambda: seen.append(EoLinks.now(g)), ())
+    g.stage(nested, ())
+    g.stage(seen.append, ("outer",))
+    g.apply_outputs(g.outputs)
+    assert seen == [100.0, 100.0, "inner", "outer"]
+    assert EoLinks.now(g) == 101.0 and EoLinks.now(g) == 102.0
+    for i in range(3000):  # a burst past the array kept for the next batch
+        g.stage(seen.append, (i,))
+    g.apply_outputs(g.outputs)
+    assert seen[4:] == list(range(3000)) and len(g.outputs) == 0
+    g.stage(seen.append, ("after",))
+    g.apply_outputs(g.outputs)
+    assert seen[-1] == "after"
