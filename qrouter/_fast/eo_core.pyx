@@ -1630,6 +1630,23 @@ cdef int _sub_hint_set(list hints, size_t h, sub, tuple entry) except -1:
 cdef enum:
     LS_HINTS = 8  # a power of two: EoCore._ls_hint's entries (see _addr_slot)
 
+
+cdef tuple _id_hint(dict d, key, list hints, unsigned long long *version):
+    """`key`'s entry in `hints` (LS_HINTS slots of entries whose item 2 is the key object,
+    kept while the dict `d` has the version `*version`), or None. A dict changed since
+    empties the hints and takes its new version; version 0 (Python 3.12 on) keeps none."""
+    cdef unsigned long long v = eo_dict_version(d)
+    cdef Py_ssize_t i
+    if v != version[0]:
+        for i in range(LS_HINTS):
+            hints[i] = None
+        version[0] = v
+        return None
+    if v:
+        return _sub_hint_get(hints, _addr_slot(<PyObject *>key, LS_HINTS), key)
+    return None
+
+
 cdef enum:
     # EoCore._recent's slots (powers of two): at first, and at most. The table doubles
     # while `_origins` holds more than half as many records as it has slots (the records
@@ -2338,42 +2355,26 @@ cdef class EoCore:
     cdef LocalSub _c_local_sub(self, att):
         """self._subs.get(att), the attachment here whose id equals `att`, or None: from
         `_ls_hint` while `_subs` is unchanged, so with no hash of the tuple."""
-        cdef dict subs = self._subs
-        cdef unsigned long long version = eo_dict_version(subs)
-        cdef size_t h = _addr_slot(<PyObject *>att, LS_HINTS)
-        cdef list hints = self._ls_hint
-        cdef tuple entry
-        cdef Py_ssize_t i
-        if version != self._ls_version:
-            for i in range(LS_HINTS):
-                hints[i] = None
-            self._ls_version = version
-        elif version:  # (0: no version, Python 3.12 on: no hints, the dict itself)
-            entry = _sub_hint_get(hints, h, att)
-            if entry is not None:
-                return <LocalSub>PyTuple_GET_ITEM(entry, 0)
-        ls = subs.get(att)
-        if ls is not None and version:
-            _sub_hint_set(hints, h, att, (ls, None, att))
+        cdef tuple entry = _id_hint(self._subs, att, self._ls_hint, &self._ls_version)
+        if entry is not None:
+            return <LocalSub>PyTuple_GET_ITEM(entry, 0)
+        ls = self._subs.get(att)
+        if ls is not None and self._ls_version:
+            _sub_hint_set(self._ls_hint, _addr_slot(<PyObject *>att, LS_HINTS), att,
+                          (ls, None, att))
         return ls
 
     cdef tuple _c_pub_entry(self, pub):
         """(self._pubs.get(pub), pub in self._pubs, pub): from `_pl_hint` while `_pubs` is
         unchanged, so with no hash of the tuple (as _c_local_sub)."""
-        cdef dict pubs = self._pubs
-        cdef unsigned long long version = eo_dict_version(pubs)
-        cdef size_t h = _addr_slot(<PyObject *>pub, LS_HINTS)
-        cdef list hints = self._pl_hint
-        cdef tuple entry
-        cdef Py_ssize_t i
-        if version != self._pl_version:
-            for i in range(LS_HINTS):
-                hints[i] = None
-            self._pl_version = version
-        elif version:  # (0: no version, Python 3.12 on: no hints, the dict itself)
-            entry = _sub_hint_get(hints, h, pub)
-            if entry is not None:
-                return entry
+        cdef tuple entry = _id_hint(self._pubs, pub, self._pl_hint, &self._pl_version)
+        if entry is not None:
+            return entry
+        link = self._pubs.get(pub, _MISSING)
+        entry = (None, False, pub) if link is _MISSING else (link, True, pub)
+        if self._pl_version:
+            _sub_hint_set(self._pl_hint, _addr_slot(<PyObject *>pub, LS_HINTS), pub, entry)
+        return entry
         link = pubs.get(pub, _MISSING)
         entry = (None, False, pub) if link is _MISSING else (link, True, pub)
         if version:
