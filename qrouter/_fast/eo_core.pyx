@@ -2375,11 +2375,6 @@ cdef class EoCore:
         if self._pl_version:
             _sub_hint_set(self._pl_hint, _addr_slot(<PyObject *>pub, LS_HINTS), pub, entry)
         return entry
-        link = pubs.get(pub, _MISSING)
-        entry = (None, False, pub) if link is _MISSING else (link, True, pub)
-        if version:
-            _sub_hint_set(hints, h, pub, entry)
-        return entry
 
     cdef inline PubLink _c_pub_link(self, pub):
         """self._pubs.get(pub) (_c_pub_entry)."""
