@@ -108,3 +108,50 @@ def test_presettled_and_resent_tags_through_the_engine() -> None:
     assert again.remote_state == proton.Delivery.ACCEPTED
     assert receive(rcv) == [], "a resend of an accepted tag was delivered again"
     assert per_message_calls(*recordings) == []
+
+
+def test_a_subscriber_that_settles_first_through_the_engine() -> None:
+    """A subscriber in receiver-settle-mode first settles each copy with its accept, before
+    the router does: each copy stays with its link (EoSub.deliveries), marked settled by the
+    peer, until the topic's settle output takes it and tells the subscriber nothing more.
+    The same out tag delivered again on the link after that (a resend) is the one the next
+    settle output settles; nothing is left."""
+    core = topic_core("exactly-once")
+    sub = Peer(core, container="sub")
+    pub = Peer(core, container="pub")
+    rcv = sub.receiver(TOPIC, credit=10)  # (mode first: proton's default)
+    settle_all(core, sub, pub)
+    snd = pub.sender(TOPIC)
+    settle_all(core, sub, pub)
+    sent = [send(snd, f"m{i}", tag=b"f%d" % i) for i in range(3)]
+    settle_all(core, sub, pub)
+    got = receive(rcv)
+    assert [m.body for _, m in got] == ["m0", "m1", "m2"]
+    g = core.guarantees
+    (s,) = g.subs.values()
+    for d, _ in got:
+        d.update(proton.Delivery.ACCEPTED)
+        d.settle()
+    pump(sub, pub)  # (their settlements reach the engine; the commit has not run)
+    assert len(s.deliveries) == 3
+    assert all(d.is_remote_settled for d in s.deliveries.values())
+    assert not s.peer_settled
+    settle_all(core, sub, pub)
+    assert [d.remote_state for d in sent] == [proton.Delivery.ACCEPTED] * 3
+    assert not s.deliveries and not s.peer_settled
+    assert receive(rcv) == []
+
+    out_tag = next(iter(g.topics[TOPIC]._origins), None) or b"resent-out-tag"
+    g._out_deliver(s.att, out_tag, b"\x00\x53\x77\xa1\x02m9", False)
+    pump(sub, pub)
+    (again,) = receive(rcv)
+    again[0].update(proton.Delivery.ACCEPTED)
+    again[0].settle()
+    pump(sub, pub)
+    g._out_deliver(s.att, out_tag, b"\x00\x53\x77\xa1\x02m9", False)  # once more, settled
+    assert s.peer_settled == {out_tag}
+    g._out_settle_subscriber(s.att, out_tag)
+    assert not s.deliveries and not s.peer_settled
+    pump(sub, pub)
+    (last,) = receive(rcv)
+    assert last[0].settled  # the router settled the copy sent after the peer's settlement
