@@ -2082,6 +2082,7 @@ cdef class EoCore:
         cdef LocalSub ls
         cdef list touched = None  # the attachments to pump, once more than one
         cdef LocalSub first_ls = None  # the first's, when it is a new one of `targets`
+        cdef bint first_alone = False  # first_ls's queue was empty: out_tag not put in yet
         cdef tuple keys
         cdef Py_ssize_t i
         cdef bint live = False
@@ -2124,13 +2125,22 @@ cdef class EoCore:
                     rec.c_add_alone(ls.c_alone(), L_QUEUED)
                 else:
                     rec.c_add(att, L_QUEUED)
-                ls.queue.append(out_tag)
                 # (not one of the HELD: those were in the record)
                 if first is None:
                     first = att
                     first_ls = ls
+                    # an empty queue: out_tag would be its head and only entry, which the
+                    # pump below takes at once, so it is put in only if another attachment
+                    # comes (no deque append and popleft, method calls, per message)
+                    first_alone = not ls.queue
+                    if not first_alone:
+                        ls.queue.append(out_tag)
                 else:
+                    ls.queue.append(out_tag)
                     if touched is None:
+                        if first_alone:
+                            first_ls.queue.append(out_tag)  # (its place: the queue was empty)
+                            first_alone = False
                         touched = [first]
                     touched.append(att)
         # (rec is `_locals[out_tag]`, and pumping changes no entry of `_locals`: the queues
@@ -2139,6 +2149,13 @@ cdef class EoCore:
             touched.sort()
             for att in touched:
                 self._c_pump(self._c_sub_here(att), out_tag, rec)
+        elif first_alone:
+            # _c_pump(first_ls, out_tag, rec) of a queue that is [out_tag]: the same output
+            # (and none without a body: the pump drops such a head, leaving it QUEUED)
+            if rec.body is not None:
+                rec._st[rec.c_pos(first)] = L_DELIVERED  # (added QUEUED above)
+                self._out.push(OUT_DELIVER, None, first, out_tag, rec.body,
+                               out_tag in first_ls.attach_map)
         elif first_ls is not None:
             self._c_pump(first_ls, out_tag, rec)
         elif first is not None:
