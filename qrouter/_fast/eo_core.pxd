@@ -80,3 +80,5 @@ cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1
 cdef int eo_publisher_settled(core, pub, tag, out_tag, origin, double now) except -1
 cdef int eo_subscriber_accepted(core, att, out_tag, double now) except -1
 cdef int eo_subscriber_settled(core, att, out_tag, double now) except -1
+# core.eo (exactly-once), read as a C field
+cdef bint eo_core_eo(core) except -1

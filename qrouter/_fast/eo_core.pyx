@@ -4016,6 +4016,10 @@ cdef int eo_subscriber_settled(core, att, out_tag, double now) except -1:
     return 0
 
 
+cdef bint eo_core_eo(core) except -1:
+    return (<EoCore?>core).eo
+
+
 # -- the router's receive loop and outbox (qrouter/guarantee.py) -----------------------------
 
 def receive_envelopes(g, list envelopes, double now):

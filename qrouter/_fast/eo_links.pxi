@@ -28,6 +28,7 @@ from qrouter._fast.eo_core cimport (
     OUT_TO_ROUTER,
     OutQueue,
     RouterOutbox,
+    eo_core_eo,
     eo_publisher_settled,
     eo_publisher_transfer,
     eo_subscriber_accepted,
@@ -225,7 +226,7 @@ cdef class EoSub(EoEntry):
             if self.settling and tag in self.settling:  # (empty unless resumable)
                 self.settling.discard(tag)
                 eo_subscriber_settled(t, self.att, tag, now)
-            elif self.deliveries.get(tag) is d and not t.eo:
+            elif not eo_core_eo(t) and self.deliveries.get(tag) is d:
                 del self.deliveries[tag]
             # (exactly-once: kept, its `remote_settled` says the subscriber settled first)
         return 0
