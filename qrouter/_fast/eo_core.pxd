@@ -69,6 +69,10 @@ cdef class RouterOutbox:
     # records (eo_wire.pxi), as a router on the way decodes what it passes on, and one of
     # the version before the compact records cannot
     cdef public set direct
+    # the router id `c_open` found last, and its envelope's list (`open`'s entry)
+    cdef object _last
+    cdef object _last_group
+    cdef object c_open(self, router_id)
     cdef int c_send(self, router_id, message) except -1
 
 

@@ -2670,7 +2670,7 @@ cdef class EoCore:
         """(name, topic, t, subs) to `router` for op REC_SETTLE, REC_ACCEPT or REC_SEEN (the
         name: SETTLE, ACCEPT, SEEN), as its fields. `hint`: the origin record of `out_tag`
         a local record knows (its `_origin`), for the loopback's ACCEPT and SEEN."""
-        if router is self.router_id or router == self.router_id:
+        if _same_router(router, self.router_id):
             self._own.push_record(op, None, hint, out_tag, subs, None, None, None)
         else:
             self._c_record_to_peer(router, op, out_tag, subs, None, None, None)
@@ -4001,6 +4001,15 @@ cdef int eo_publisher_transfer(core, pub, tag, body, double now) except -1:
     return 0
 
 
+cdef inline bint _same_router(a, b) except -1:
+    """a == b of router ids: str as a rule, compared as such (no rich comparison's bool)."""
+    if a is b:
+        return True
+    if type(a) is str and type(b) is str:
+        return <str>a == <str>b
+    return a == b
+
+
 cdef int eo_publisher_settled(core, pub, tag, out_tag, origin, double now) except -1:
     (<EoCore?>core).c_publisher_settled(pub, tag, out_tag, origin, now)
     return 0
@@ -4096,9 +4105,27 @@ cdef class RouterOutbox:
     def forget(self):
         """The envelopes remembered are sent, or a channel changed (qrouter/guarantee.py)."""
         self.open.clear()
+        self._last = self._last_group = None
+
+    cdef object c_open(self, router_id):
+        """self.open.get(router_id), the last answer again without a look-up for an equal
+        id: the records of an iteration go to a router or two (a router id decoded from a
+        peer's envelope is a str made afresh: equal, so compared as a str). An entry of `open`
+        is only added, or all of them cleared with `_last`: the one remembered stays right."""
+        last = self._last
+        if last is not None and (
+            router_id is last
+            or (type(router_id) is str and type(last) is str and <str>router_id == <str>last)
+        ):
+            return self._last_group
+        group = self.open.get(router_id)
+        if group is not None:
+            self._last = router_id
+            self._last_group = group
+        return group
 
     cdef int c_send(self, router_id, message) except -1:
-        group = self.open.get(router_id)
+        group = self.c_open(router_id)
         if group is not None:
             (<list>group).append(message)
             return 0

@@ -480,7 +480,7 @@ cdef int eo_send_record(RouterOutbox outbox, EoOut *o) except -1:
     cdef EoRun run = None
     cdef Py_ssize_t start
     router = <object>o.a
-    group = outbox.open.get(router)
+    group = outbox.c_open(router)
     if group is not None and len(<list>group):
         last = (<list>group)[len(<list>group) - 1]
         if type(last) is EoRun:
