@@ -1775,6 +1775,11 @@ cdef class EoCore:
     cdef list _sub_hint
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
+    # the view `_known_map` is the `known` of (_c_known_layout: no attribute look-up per
+    # message). A view's `known` is one dict for its life, changed in place (qrouter/eo/view.py);
+    # the view is held here, so its address is not another's
+    cdef object _known_view
+    cdef object _known_map
     cdef tuple _drive_plan  # (layout, view, view.gen, entries): _c_drive_plan's, or None
     # view.known's version (eo_dict_version) when `_known_order` was found equal to it: 0 if
     # unknown; the same version again means the same dict, unchanged (no compare needed)
@@ -2341,7 +2346,11 @@ cdef class EoCore:
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
         view's subscribers rather than once per message."""
-        known = self._view.known
+        view = self._view
+        if view is not self._known_view:
+            self._known_map = view.known
+            self._known_view = view
+        known = self._known_map
         cached = self._known_order
         cdef frozenset was
         cdef unsigned long long version = 0
