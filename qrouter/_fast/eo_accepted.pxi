@@ -94,11 +94,19 @@ cdef class _LinkTags:
         cdef bint current
         while self.n:
             e = &self.ring[self.head]
-            current = self._current(e)
-            if current and only_expired and now - PyFloat_AS_DOUBLE(<object>e.at) <= ttl:
-                return 0
-            if current:
-                del self.at[<object>e.tag]
+            if only_expired:
+                current = self._current(e)
+                if current and now - PyFloat_AS_DOUBLE(<object>e.at) <= ttl:
+                    return 0
+                if current:
+                    del self.at[<object>e.tag]
+            else:
+                # (one look-up, taking the tag out: a cap's drop, once per accept when full;
+                # a superseded entry's tag, accepted again since, is put back as it was)
+                was = self.at.pop(<object>e.tag, None)
+                current = was is <object>e.at
+                if not current and was is not None:
+                    self.at[<object>e.tag] = was
             Py_DECREF(<object>e.tag)
             Py_DECREF(<object>e.at)
             self.head = (self.head + 1) % self.cap
