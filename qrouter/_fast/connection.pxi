@@ -19,6 +19,14 @@ cdef inline double monotonic() noexcept:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+# A socket read being parsed (Connection.consume; nested reads counted), and a number new to
+# each read: the guaranteed topics' clock (EoLinks.c_now) is read once per read rather than
+# once per transfer or outcome in it. A read's frames are handled in one go within one
+# iteration of the loop, whose own time() stays the same for the whole iteration anyway.
+cdef Py_ssize_t _reading = 0
+cdef unsigned long long _read_serial = 0
+
+
 cdef inline uint16_t be16(const uint8_t* p) noexcept:
     return (<uint16_t>p[0] << 8) | p[1]
 
@@ -156,12 +164,15 @@ cdef class Connection:
         return self.consume(b, take)
 
     cdef int consume(self, bytes b, Py_ssize_t start) except -1:
+        global _reading, _read_serial
         cdef Py_ssize_t pos = start
         if self.sasl_pending and PyBytes_GET_SIZE(b) - start > self.max_frame_size:
             # bytes pipelined behind a sasl-init are held, not read, until the outcome
             self.fail("amqp:connection:framing-error",
                       f"more than {self.max_frame_size} bytes sent before the SASL outcome")
             return 0
+        _read_serial += 1
+        _reading += 1
         try:
             pos = self.parse(b, start)
             if pos < len(b) and self.state != CS_CLOSED and not self.closing:
@@ -176,6 +187,8 @@ cdef class Connection:
         except Exception as e:
             log.exception("[C%d] internal error", self.conn_id)
             self.fail("amqp:internal-error", f"{type(e).__name__}: {e}")
+        finally:
+            _reading -= 1
         if self.router.jbuf is not None:
             self.router.jbuf.frame_ns = 0         # a frame that failed: no reading left behind
         note_partial(self, pos - start)

@@ -11,7 +11,7 @@
 # entries are skipped when met at the front, and the ring is compacted when they are more
 # than half of it: memory stays O(tags held).
 
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_SetDefault
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
@@ -71,9 +71,11 @@ cdef class _LinkTags:
     cdef bint c_add(self, bytes tag, double now) except -1:
         """Accept `tag` at `now` (to the end, again if it was held); True if it is new."""
         cdef dict at = self.at
-        cdef bint new = PyDict_GetItem(at, tag) == NULL
         cdef object when = now  # (a new float object: this entry's identity)
-        at[tag] = when
+        # (a new tag, as a rule: put with the one look-up that finds it absent)
+        cdef bint new = PyDict_SetDefault(at, tag, when) == <PyObject *>when
+        if not new:
+            at[tag] = when
         if self.n == self.cap:
             # grow, or compact when superseded entries are the larger part
             self._relayout(max(8, self.cap * 2 if 2 * len(at) > self.cap else self.cap))
@@ -92,11 +94,19 @@ cdef class _LinkTags:
         cdef bint current
         while self.n:
             e = &self.ring[self.head]
-            current = self._current(e)
-            if current and only_expired and now - PyFloat_AS_DOUBLE(<object>e.at) <= ttl:
-                return 0
-            if current:
-                del self.at[<object>e.tag]
+            if only_expired:
+                current = self._current(e)
+                if current and now - PyFloat_AS_DOUBLE(<object>e.at) <= ttl:
+                    return 0
+                if current:
+                    del self.at[<object>e.tag]
+            else:
+                # (one look-up, taking the tag out: a cap's drop, once per accept when full;
+                # a superseded entry's tag, accepted again since, is put back as it was)
+                was = self.at.pop(<object>e.tag, None)
+                current = was is <object>e.at
+                if not current and was is not None:
+                    self.at[<object>e.tag] = was
             Py_DECREF(<object>e.tag)
             Py_DECREF(<object>e.at)
             self.head = (self.head + 1) % self.cap

@@ -1545,6 +1545,22 @@ cdef tuple _c_grouped(list outs):
     return _grouped_plan
 
 
+cdef inline list _outs_add(list outs, Py_ssize_t *n, att):
+    """Add `att` to a drive's attachments (EoCore._c_drive), `outs` and `n` of them so far.
+    While they are `_grouped_outs`' first ones, the very objects in order, only counted (`n`,
+    and None): a message that goes where the last one went makes no list, and its grouping
+    is `_grouped_plan` (_c_grouped's answer for them). At the first that differs, the list,
+    made of those first ones, is returned, and added to from then on."""
+    cdef tuple was = _grouped_outs
+    if outs is None:
+        if n[0] < len(was) and PyTuple_GET_ITEM(was, n[0]) == <PyObject *>att:
+            n[0] += 1
+            return None
+        outs = list(was[:n[0]])
+    outs.append(att)
+    return outs
+
+
 # An ACCEPT's subscribers are, message after message, the very same tuple (the receive
 # path keeps the tuple decoded from the same octets): their positions in a layout are kept
 # for it, direct-mapped by address, once the tuple is met a second time (a tuple made for
@@ -1588,7 +1604,7 @@ cdef bint _c_pending_open(OriginRecord rec, view) except -1:
     for i in range(len(subs)):
         if rec._st[i] == S_PENDING:
             if closed is None:
-                closed = view.closed
+                closed = _view_closed(view)
                 if not closed:
                     return True
             if subs[i] not in closed:
@@ -1759,6 +1775,11 @@ cdef class EoCore:
     cdef list _sub_hint
     cdef _AttSlots _att_slots  # the origin records' sent-sets' bits (_AttSlots)
     cdef object _known_order  # (view.known's subscribers as a frozenset, their layout): or None
+    # the view `_known_map` is the `known` of (_c_known_layout: no attribute look-up per
+    # message). A view's `known` is one dict for its life, changed in place (qrouter/eo/view.py);
+    # the view is held here, so its address is not another's
+    cdef object _known_view
+    cdef object _known_map
     cdef tuple _drive_plan  # (layout, view, view.gen, entries): _c_drive_plan's, or None
     # view.known's version (eo_dict_version) when `_known_order` was found equal to it: 0 if
     # unknown; the same version again means the same dict, unchanged (no compare needed)
@@ -2342,7 +2363,11 @@ cdef class EoCore:
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
         view's subscribers rather than once per message."""
-        known = self._view.known
+        view = self._view
+        if view is not self._known_view:
+            self._known_map = view.known
+            self._known_view = view
+        known = self._known_map
         cached = self._known_order
         cdef frozenset was
         cdef unsigned long long version = 0
@@ -2537,7 +2562,10 @@ cdef class EoCore:
         sent grouped by router in sorted order, each router's attachments in the order
         found."""
         cdef bint driving = self._c_has_pub(rec.publisher)
-        cdef list outs = None  # the attachments to send FWD (driving) or SETTLE (settled)
+        # the attachments to send FWD (driving) or SETTLE (settled): `n_outs` of them, in
+        # `outs` unless they are `_grouped_outs`' first ones (_outs_add)
+        cdef list outs = None
+        cdef Py_ssize_t n_outs = 0
         cdef set fill = None
         cdef bint settled = rec.settled
         cdef bint no_body = rec.body is None
@@ -2597,9 +2625,7 @@ cdef class EoCore:
                         if att in done:
                             continue
                         done.add(att)
-                    if outs is None:
-                        outs = []
-                    outs.append(att)
+                    outs = _outs_add(outs, &n_outs, att)
                 elif driving:
                     if bit:
                         if rec._fwd_bits & bit or (
@@ -2615,9 +2641,7 @@ cdef class EoCore:
                         if att in done:
                             continue
                         done.add(att)
-                    if outs is None:
-                        outs = []
-                    outs.append(att)
+                    outs = _outs_add(outs, &n_outs, att)
                 else:
                     if claims is None:
                         claims = view.claims
@@ -2639,12 +2663,18 @@ cdef class EoCore:
             for router in sorted(fill):
                 self._c_fwd_to(router, rec, ())
         elif outs is not None:
-            self._c_send_grouped(rec, outs, settled)
+            self._c_send_grouped(rec, _c_grouped(outs), settled)
+        elif n_outs:
+            self._c_send_grouped(
+                rec,
+                _grouped_plan if n_outs == len(_grouped_outs)
+                else _c_grouped(list(_grouped_outs[:n_outs])),
+                settled,
+            )
 
-    cdef int _c_send_grouped(self, OriginRecord rec, list outs, bint settle) except -1:
-        """FWD (or SETTLE) to each router of `outs` its attachments, routers in sorted order,
-        each router's attachments in their order in `outs` (a stable sort by router)."""
-        cdef tuple plan = _c_grouped(outs)
+    cdef int _c_send_grouped(self, OriginRecord rec, tuple plan, bint settle) except -1:
+        """FWD (or SETTLE) to each router of `plan` (_c_grouped's) its attachments, in
+        order."""
         cdef tuple group
         cdef Py_ssize_t i
         for i in range(len(plan)):

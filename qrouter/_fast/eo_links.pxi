@@ -298,6 +298,10 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     cdef bint _batching
     cdef bint _batch_has_now
     cdef double _batch_now
+    # while a socket read is parsed (connection.pxi's `_reading`): the loop's time, read at the
+    # read's first input that wants it, and that read's number (`_read_serial`)
+    cdef unsigned long long _read_at
+    cdef double _read_now
 
     def __cinit__(self, *args, **kwargs):
         self.topics = {}
@@ -318,12 +322,19 @@ cdef class EoLinks(FlushDue):  # (FlushDue: its `scheduled`, read by the cores i
     cdef double c_now(self) except? -1:
         """The loop's `time()` (what the tick and Python see), per input: for uvloop's own
         `time`, the same value read in C (_uv_time) rather than through a Python call; within
-        a batch of outputs (apply_outputs), the value read for its first output that asked."""
+        a batch of outputs (apply_outputs), the value read for its first output that asked;
+        within a socket read (Connection.consume), the value read for its first input that
+        asked (a read's transfers and outcomes: one clock read, not one each)."""
         if self._batching:
             if not self._batch_has_now:
                 self._batch_now = self.c_read_now()
                 self._batch_has_now = True
             return self._batch_now
+        if _reading:
+            if self._read_at != _read_serial:
+                self._read_now = self.c_read_now()
+                self._read_at = _read_serial
+            return self._read_now
         return self.c_read_now()
 
     cdef double c_read_now(self) except? -1:
