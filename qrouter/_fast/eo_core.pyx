@@ -19,6 +19,7 @@ here, and qrouter/eo's messages.py, records.py and tags.py re-export it.
 """
 
 import json
+import sys
 from operator import itemgetter
 
 cimport cython
@@ -154,6 +155,8 @@ cdef object _MISSING = object()  # a look-up's default: not held (None may be a 
 cdef bytes _TAG_KEY = TAG_KEY
 cdef bytes _TAG_PERSON = TAG_PERSON
 cdef int _TAG_SIZE = TAG_SIZE
+cdef str _OP_ACCEPT = sys.intern("ACCEPT")  # (_c_handle_rec: the decoder's ops, interned)
+cdef str _OP_SEEN = sys.intern("SEEN")
 
 
 cdef dict _check_msg(msg):
@@ -2008,6 +2011,16 @@ cdef class EoCore:
         """A per-message record (RECORD_OPS): its fields are checked here, whoever made it."""
         cdef Py_ssize_t n = len(m)
         op = m[0] if n else None
+        # the peers' ACCEPT and SEEN (most records a publisher's router gets) first, their op
+        # found by identity: the decoder's ops are EO_WORDS' interned str (eo_wire.pxi), as
+        # these literals are; anything else goes the ladder below, its checks and errors
+        if n == 4 and type(m[2]) is bytes:
+            if op is _OP_ACCEPT:
+                self._c_on_accept(m[2], _subs_of(m[3]))
+                return
+            if op is _OP_SEEN:
+                self._c_on_seen(m[2], _subs_of(m[3]))
+                return
         if n == 7 and op == "FWD":
             if not (type(m[2]) is bytes and type(m[4]) is bytes and type(m[5]) is bytes):
                 raise _ProtocolError("FWD: bad field")
