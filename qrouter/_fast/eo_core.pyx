@@ -19,6 +19,7 @@ here, and qrouter/eo's messages.py, records.py and tags.py re-export it.
 """
 
 import json
+import sys
 from operator import itemgetter
 
 cimport cython
@@ -154,6 +155,8 @@ cdef object _MISSING = object()  # a look-up's default: not held (None may be a 
 cdef bytes _TAG_KEY = TAG_KEY
 cdef bytes _TAG_PERSON = TAG_PERSON
 cdef int _TAG_SIZE = TAG_SIZE
+cdef str _OP_ACCEPT = sys.intern("ACCEPT")  # (_c_handle_rec: the decoder's ops, interned)
+cdef str _OP_SEEN = sys.intern("SEEN")
 
 
 cdef dict _check_msg(msg):
@@ -1684,6 +1687,26 @@ cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
     return True
 
 
+cdef inline void _recent_put(list recs, uint64_t *keys, Py_ssize_t n, OriginRecord rec,
+                             uint64_t key) noexcept:
+    """`rec` (of `key`) into EoCore._recent: a pair of slots per key (its low bits, the last
+    one clear), the newest in the first. An empty slot of the pair is taken; else the older
+    record goes (the dict still has it). One slot per key lost a record in flight to any
+    later one of its slot, at the table's load (a half to a quarter) some 20-40% of the
+    peers' look-ups, which then hash a fresh tag and probe the dict; two lose it only to two
+    later ones while neither has gone."""
+    cdef Py_ssize_t i = <Py_ssize_t>(key & <uint64_t>(n - 2))
+    if PyList_GET_ITEM(recs, i) != <PyObject *>None:
+        if PyList_GET_ITEM(recs, i + 1) == <PyObject *>None:
+            i += 1
+        else:
+            # (the first slot's record, newer than the second's, moves to the second)
+            recs[i + 1] = <object>PyList_GET_ITEM(recs, i)
+            keys[i + 1] = keys[i]
+    recs[i] = rec
+    keys[i] = key
+
+
 cdef unsigned long long _sgen_last = 0  # the last staging generation given (EoCore._sgen)
 cdef unsigned long long _core_uid_last = 0  # the last EoCore._uid given
 
@@ -1817,8 +1840,9 @@ cdef class EoCore:
     # out tag alone, a new bytes object each (no hash cached), looked up in a table of every
     # record in flight. A record found is taken while `_origins` holds it (`_held_by`) and
     # its out tag equals the one asked, so the answer is `_origins.get`'s; a deleted one is
-    # let go (_c_delete_origin), so the slots hold no record beyond those `_origins` holds,
-    # and a newer record takes an older one's slot (that one: the dict). None (and NULL)
+    # let go (_c_delete_origin), so the slots hold no record beyond those `_origins` holds;
+    # a key has a pair of slots, and a newer record takes the older one's when both are taken
+    # (that one: the dict; _recent_put). None (and NULL)
     # until this core makes a record: a topic's routers without its publishers pay nothing
     cdef list _recent
     cdef uint64_t *_recent_keys
@@ -1875,7 +1899,6 @@ cdef class EoCore:
         cdef PubLink link = self._c_pub_link(pub)
         cdef OriginRecord rec
         cdef uint64_t key
-        cdef Py_ssize_t i
         if link is None:
             self._c_log("warning", f"transfer from {pub} which is not attached, dropped")
             self._c_flush()
@@ -1892,9 +1915,7 @@ cdef class EoCore:
             if _recent_key(out_tag, &key):
                 if self._recent_n < RECENT_MOST and 2 * len(self._origins) > self._recent_n:
                     self._c_recent_grow()
-                i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
-                self._recent[i] = rec
-                self._recent_keys[i] = key
+                _recent_put(self._recent, self._recent_keys, self._recent_n, rec, key)
             rec._put_sgen = self._sgen
             owed = link.owed.pop(tag, None) if link.owed else None
             if owed:  # (empty: nothing to merge)
@@ -2029,6 +2050,16 @@ cdef class EoCore:
         """A per-message record (RECORD_OPS): its fields are checked here, whoever made it."""
         cdef Py_ssize_t n = len(m)
         op = m[0] if n else None
+        # the peers' ACCEPT and SEEN (most records a publisher's router gets) first, their op
+        # found by identity: the decoder's ops are EO_WORDS' interned str (eo_wire.pxi), as
+        # these literals are; anything else goes the ladder below, its checks and errors
+        if n == 4 and type(m[2]) is bytes:
+            if op is _OP_ACCEPT:
+                self._c_on_accept(m[2], _subs_of(m[3]))
+                return
+            if op is _OP_SEEN:
+                self._c_on_seen(m[2], _subs_of(m[3]))
+                return
         if n == 7 and op == "FWD":
             if not (type(m[2]) is bytes and type(m[4]) is bytes and type(m[5]) is bytes):
                 raise _ProtocolError("FWD: bad field")
@@ -2319,38 +2350,39 @@ cdef class EoCore:
         cdef Py_ssize_t i
         cdef PyObject *p
         cdef OriginRecord rec
+        cdef int w
         if self._recent is not None and _recent_key(out_tag, &key):
-            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
-            p = PyList_GET_ITEM(self._recent, i)
-            if self._recent_keys[i] == key and p != <PyObject *>None:
-                rec = <OriginRecord>p
-                if rec._held_by == self._uid and (
-                    rec.out_tag is out_tag
-                    or PyBytes_GET_SIZE(rec.out_tag) == PyBytes_GET_SIZE(out_tag)
-                    and memcmp(PyBytes_AS_STRING(rec.out_tag), PyBytes_AS_STRING(out_tag),
-                               PyBytes_GET_SIZE(out_tag)) == 0
-                ):
-                    return rec
+            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 2))  # (the pair's first slot)
+            for w in range(2):
+                p = PyList_GET_ITEM(self._recent, i + w)
+                if self._recent_keys[i + w] == key and p != <PyObject *>None:
+                    rec = <OriginRecord>p
+                    if rec._held_by == self._uid and (
+                        rec.out_tag is out_tag
+                        or PyBytes_GET_SIZE(rec.out_tag) == PyBytes_GET_SIZE(out_tag)
+                        and memcmp(PyBytes_AS_STRING(rec.out_tag), PyBytes_AS_STRING(out_tag),
+                                   PyBytes_GET_SIZE(out_tag)) == 0
+                    ):
+                        return rec
         return self._origins.get(out_tag)
 
     cdef int _c_recent_grow(self) except -1:
         """`_recent` made (the first record made here), or twice as large, its records moved
-        to their slots there (of two that meet, the one met last stays: the dict has both)."""
+        to their pairs there (_recent_put: of three that meet, one goes; the dict has it)."""
         cdef Py_ssize_t j, old = self._recent_n
         cdef Py_ssize_t n = RECENT_FIRST if old == 0 else 2 * old
         cdef uint64_t *keys = <uint64_t *>PyMem_Malloc(n * sizeof(uint64_t))
-        cdef uint64_t k
         cdef list recs
         if keys == NULL:
             raise MemoryError()
         memset(keys, 0, n * sizeof(uint64_t))
         recs = [None] * n
         for j in range(old):
-            rec = self._recent[j]
+            # (a pair's older record first: the newer one stays the first of its new pair,
+            # which holds none but those two)
+            rec = self._recent[j ^ 1]
             if rec is not None:
-                k = self._recent_keys[j]
-                recs[<Py_ssize_t>(k & <uint64_t>(n - 1))] = rec
-                keys[<Py_ssize_t>(k & <uint64_t>(n - 1))] = k
+                _recent_put(recs, keys, n, <OriginRecord>rec, self._recent_keys[j ^ 1])
         PyMem_Free(self._recent_keys)
         self._recent_keys = keys
         self._recent = recs
@@ -2907,13 +2939,15 @@ cdef class EoCore:
             (<OriginRecord>was)._held_by = 0
         cdef uint64_t key
         cdef Py_ssize_t i
+        cdef int w
         cdef PyObject *p
         if self._recent is not None and _recent_key(tag, &key):
-            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 1))
-            p = PyList_GET_ITEM(self._recent, i)
-            if p == <PyObject *>rec or p == <PyObject *>was:
-                self._recent[i] = None  # (not held past `_origins`)
-                self._recent_keys[i] = 0
+            i = <Py_ssize_t>(key & <uint64_t>(self._recent_n - 2))
+            for w in range(2):
+                p = PyList_GET_ITEM(self._recent, i + w)
+                if p == <PyObject *>rec or p == <PyObject *>was:
+                    self._recent[i + w] = None  # (not held past `_origins`)
+                    self._recent_keys[i + w] = 0
         if self.eo:
             if self._dirty:
                 was = self._dirty.pop(tag, None)

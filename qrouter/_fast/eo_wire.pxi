@@ -46,6 +46,7 @@
 # EO_MAX_DEPTH, and anything else malformed raises DecodeError.
 
 from cpython.ref cimport Py_INCREF, PyObject
+from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memmove
@@ -75,6 +76,9 @@ cdef enum:
     EOW_REC = 9
     EOW_CREC = 10
     EO_MAX_DEPTH = 16
+    # a list of at most this many items is made at its size before they are read: a count
+    # the octets do not hold yet costs at most this many empty slots per level of nesting
+    EO_LIST_PREALLOC = 64
     EOK_OP = 0x07           # a compact record's flags (the top)
     EOK_TOPIC = 0x08
     EOK_T = 0x10
@@ -1069,11 +1073,20 @@ cdef object _eow_unpack(EowReader* r, int depth, _EokCtx ctx):
         n = _eow_read_u32(r)
         if <Py_ssize_t>n > r.end - r.pos:
             raise DecodeError("eo: count larger than the data")
-        items = []
         ctx = _EokCtx.__new__(_EokCtx)  # (the list's own: its records refer to each other)
         ctx.budget = r.end - r.pos
+        if n > EO_LIST_PREALLOC:
+            items = []
+            for i in range(n):
+                items.append(_eow_unpack(r, depth + 1, ctx))
+            return items
+        # (a short list, as an envelope's messages mostly are: made at its size, no growth;
+        # one that fails part way is let go with its empty slots, which list_dealloc skips)
+        items = PyList_New(n)
         for i in range(n):
-            items.append(_eow_unpack(r, depth + 1, ctx))
+            item = _eow_unpack(r, depth + 1, ctx)
+            Py_INCREF(item)
+            PyList_SET_ITEM(items, i, item)
         return items
     if kind == EOW_MAP:
         n = _eow_read_u32(r)

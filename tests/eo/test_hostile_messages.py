@@ -77,6 +77,25 @@ def test_compact_envelope_decoding_is_bounded() -> None:
             eo_pack(bad)
 
 
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 300])
+def test_compact_lists_short_and_long_decode_alike_and_a_short_count_is_refused(n: int) -> None:
+    """A list of up to 64 items is made at its size before they are read (eo_wire.pxi,
+    EO_LIST_PREALLOC), a longer one item by item: both give the list, and a count larger
+    than the items that follow (the peer's, hostile) is refused by either, part way."""
+    from qrouter._fast.engine import eo_pack, eo_unpack
+
+    value = [{"n": i, "ms": [None, b"x"]} for i in range(n)]
+    raw = eo_pack(value)
+    assert eo_unpack(raw) == value
+    claims_more = b"\x06" + (n + 1).to_bytes(4, "big") + raw[5:]
+    with pytest.raises(DecodeError):
+        eo_unpack(claims_more)
+    # the count says one more item than follow, and the octets are there for one: a truncated
+    # value where the last item should be
+    with pytest.raises(DecodeError):
+        eo_unpack(claims_more + b"\x06\x00\x00\x00\x05\x00")
+
+
 def test_compact_envelope_words() -> None:
     from qrouter._fast.engine import EO_WORDS, eo_pack, eo_unpack
 
