@@ -831,6 +831,11 @@ cdef class LocalRecord:
     # it is held there); None otherwise, and once every subscriber here has seen the
     # settlement (no more of those to send)
     cdef OriginRecord _origin
+    # the `_uid` of the core whose `_locals` holds it under its out tag, else 0: set where a
+    # record goes in (EoCore._c_local_put, `_put_local`), cleared where one comes out
+    # (EoCore._c_local_gone), so that `rec._held_by == core._uid` is `core._locals.get(
+    # rec.out_tag) is rec` with no look-up (EoCore._c_local, the tick's walks)
+    cdef unsigned long long _held_by
 
     def __cinit__(self):
         self._keys = _NO_KEYS
@@ -1654,6 +1659,11 @@ cdef enum:
     # octets a slot in proportion to the largest number seen in flight, up to 128 KiB
     RECENT_FIRST = 256
     RECENT_MOST = 8192
+    # EoCore._lslots' (as _recent's, for `_locals`): the local records in flight are the rate
+    # times the barrier's delay (5,000 to 19,000 on the bench's routers), at 8 octets a slot:
+    # at most 256 KiB
+    LSLOTS_FIRST = 256
+    LSLOTS_MOST = 32768
 
 
 cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
@@ -1805,6 +1815,14 @@ cdef class EoCore:
     # this core's, unique among the cores (never 0): what a record `_origins` holds says
     # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
     cdef unsigned long long _uid
+    # `_locals`' records by their out tag's slot (_recent_key), each one the last put there
+    # and let go as it leaves `_locals` (_c_local_gone), so every record a slot holds is held
+    # by `_locals` (LocalRecord._held_by): _c_local's answer for a subscriber's accept and
+    # settle and for a SETTLE, which name a record by its out tag, a peer's a new bytes
+    # object each (no hash cached), looked up in a table of every record in flight (cache
+    # misses). `_lslots_n` slots (a power of two, 0 and None until a record goes in)
+    cdef list _lslots
+    cdef Py_ssize_t _lslots_n
 
     def __cinit__(self):
         self._sub_order = {}
@@ -1926,7 +1944,7 @@ cdef class EoCore:
 
     cdef c_subscriber_accepted(self, att, out_tag, double now):
         self._now = now
-        cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalRecord rec = self._c_local(out_tag)
         cdef LocalSub ls
         cdef Py_ssize_t pos
         cdef int st
@@ -1948,7 +1966,7 @@ cdef class EoCore:
 
     cdef c_subscriber_settled(self, att, out_tag, double now):
         self._now = now
-        cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalRecord rec = self._c_local(out_tag)
         cdef LocalSub ls = self._c_local_sub(att)
         cdef Py_ssize_t pos = rec.c_pos(ls.att) if rec is not None and ls is not None else -1
         if pos >= 0 and rec._st[pos] == L_SETTLING:
@@ -2095,7 +2113,7 @@ cdef class EoCore:
             if not live:
                 return
             rec = _new_local(out_tag)
-            self._locals[out_tag] = rec
+            self._c_local_put(out_tag, rec)
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
         if origin is not None:
@@ -2173,13 +2191,13 @@ cdef class EoCore:
             self._c_check_accept(rec)
 
     cdef _c_on_settle(self, sender, bytes out_tag, tuple targets):
-        cdef LocalRecord rec = self._locals.get(out_tag)
+        cdef LocalRecord rec = self._c_local(out_tag)
         cdef LocalSub ls
         cdef int st
         cdef set seen
         if rec is None:
             rec = _new_local(out_tag)
-            self._locals[out_tag] = rec
+            self._c_local_put(out_tag, rec)
         if not rec.settled:
             rec.settled = True
             rec.settled_epoch = self._epoch
@@ -2234,7 +2252,7 @@ cdef class EoCore:
         if self._drop_on_settle or (
             rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
         ):
-            del self._locals[out_tag]
+            self._c_local_del(rec)
 
     cdef _c_on_seen(self, bytes out_tag, tuple seen, OriginRecord hint=None):
         """`hint`: our own SEEN's record (its local record's `_origin`), else None."""
@@ -2321,6 +2339,118 @@ cdef class EoCore:
 
     def __dealloc__(self):
         PyMem_Free(self._recent_keys)
+
+    # -- `_locals`: every insertion and removal goes through these (the cdef paths, and
+    # protocol.py's placeholders through `_put_local`), so LocalRecord._held_by is exact
+
+    cdef inline LocalRecord _c_local(self, out_tag):
+        """self._locals.get(out_tag): the record in its slot of `_lslots` when `_locals`
+        holds it (`_held_by`) and its out tag is `out_tag` (the same object, or equal bytes),
+        without hashing `out_tag` or probing the table; else the dict's answer."""
+        cdef uint64_t key
+        cdef PyObject *p
+        cdef LocalRecord rec
+        cdef bytes mine
+        if self._lslots_n and type(out_tag) is bytes and _recent_key(<bytes>out_tag, &key):
+            p = PyList_GET_ITEM(
+                self._lslots, <Py_ssize_t>(key & <uint64_t>(self._lslots_n - 1))
+            )
+            if p != <PyObject *>None:
+                rec = <LocalRecord>p
+                mine = rec.out_tag
+                if rec._held_by == self._uid and (
+                    mine is out_tag
+                    or PyBytes_GET_SIZE(mine) == PyBytes_GET_SIZE(out_tag)
+                    and memcmp(PyBytes_AS_STRING(mine), PyBytes_AS_STRING(out_tag),
+                               PyBytes_GET_SIZE(mine)) == 0
+                ):
+                    return rec
+        return self._locals.get(out_tag)
+
+    cdef int _c_local_put(self, bytes out_tag, LocalRecord rec) except -1:
+        """`_locals[out_tag] = rec`, `_locals` holding no record of `out_tag` (the caller
+        looked): marked held, and put in its slot (over any other record there)."""
+        cdef uint64_t key
+        self._locals[out_tag] = rec
+        rec._held_by = self._uid
+        if _recent_key(out_tag, &key):
+            if self._lslots_n < LSLOTS_MOST and 2 * len(self._locals) > self._lslots_n:
+                self._c_lslots_grow()
+            self._lslots[<Py_ssize_t>(key & <uint64_t>(self._lslots_n - 1))] = rec
+        return 0
+
+    cdef int _c_local_gone(self, LocalRecord rec) except -1:
+        """`rec` no longer held by `_locals` (the caller took it out): unmarked, and let go
+        of by its slot (no slot holds a record beyond those `_locals` holds)."""
+        cdef uint64_t key
+        cdef Py_ssize_t i
+        rec._held_by = 0
+        if self._lslots_n and _recent_key(rec.out_tag, &key):
+            i = <Py_ssize_t>(key & <uint64_t>(self._lslots_n - 1))
+            if PyList_GET_ITEM(self._lslots, i) == <PyObject *>rec:
+                self._lslots[i] = None
+        return 0
+
+    cdef inline int _c_local_del(self, LocalRecord rec) except -1:
+        """`del self._locals[rec.out_tag]` of a record `_locals` holds."""
+        del self._locals[rec.out_tag]
+        self._c_local_gone(rec)
+        return 0
+
+    cdef int _c_lslots_grow(self) except -1:
+        """`_lslots` made (the first record), or twice as large, its records moved to their
+        slots there (of two that meet, the one met last stays: the dict has both)."""
+        cdef Py_ssize_t j, old = self._lslots_n
+        cdef Py_ssize_t n = LSLOTS_FIRST if old == 0 else 2 * old
+        cdef list recs = [None] * n
+        cdef uint64_t key
+        cdef LocalRecord rec
+        for j in range(old):
+            x = self._lslots[j]
+            if x is not None:
+                rec = <LocalRecord>x
+                if _recent_key(rec.out_tag, &key):
+                    recs[<Py_ssize_t>(key & <uint64_t>(n - 1))] = rec
+        self._lslots = recs
+        self._lslots_n = n
+        return 0
+
+    def _put_local(self, bytes out_tag, LocalRecord rec):
+        """`_locals[out_tag] = rec` (protocol.py's placeholders), `_locals` holding none."""
+        if out_tag in self._locals:
+            raise ValueError("a local record of that out tag is held already")
+        self._c_local_put(out_tag, rec)
+
+    def _drop_local(self, LocalRecord rec):
+        """`del self._locals[rec.out_tag]` of a record it holds (tests)."""
+        if self._locals.get(rec.out_tag) is not rec:
+            raise KeyError(rec.out_tag)
+        self._c_local_del(rec)
+
+    def _check_locals(self, others=()):
+        """Tests: LocalRecord._held_by is exact for every record this core can still reach
+        (`_locals`, `_lslots`, the settled index) and for `others` (any local records, as
+        the garbage collector lists them), and every slot's record is `_locals`'."""
+        cdef LocalRecord rec
+        for x in others:
+            rec = <LocalRecord?>x
+            if rec._held_by == self._uid:
+                assert self._locals.get(rec.out_tag) is rec, (
+                    f"a record marked held, not held: {rec.out_tag!r}"
+                )
+        for tag, rec in self._locals.items():
+            assert rec._held_by == self._uid, f"a record of _locals not marked: {tag!r}"
+            assert rec.out_tag == tag, f"a record under another out tag: {tag!r}"
+        for x in self._lslots or ():
+            if x is not None:
+                rec = <LocalRecord>x
+                assert self._locals.get(rec.out_tag) is rec, "a slot holds a record gone"
+        for x in self._settled_l:
+            if x is not None:
+                rec = <LocalRecord>x
+                assert (rec._held_by == self._uid) == (self._locals.get(rec.out_tag) is rec), (
+                    f"a settled record marked wrongly: {rec.out_tag!r}"
+                )
 
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
@@ -2759,7 +2889,7 @@ cdef class EoCore:
             if known is not None and out_tag is known_tag:
                 rec = known
             else:
-                rec = self._locals.get(out_tag)
+                rec = self._c_local(out_tag)
             pos = rec.c_pos(att) if rec is not None else -1
             st = rec._st[pos] if pos >= 0 else -1
             if st == L_HELD:
@@ -2785,11 +2915,13 @@ cdef class EoCore:
                 self._c_rec_to(router, REC_ACCEPT, rec.out_tag, subs, rec._origin)
         else:  # (one router, not None: checked above)
             self._c_rec_to(drivers, REC_ACCEPT, rec.out_tag, subs, rec._origin)
-        if not self.eo:
-            self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
+        if not self.eo:  # subscribers settle on accept (mode first)
+            was = self._locals.pop(rec.out_tag, None)
+            if was is not None:
+                self._c_local_gone(<LocalRecord>was)
 
     cdef _c_maybe_drop_local(self, LocalRecord rec):
-        if self._locals.get(rec.out_tag) is not rec:
+        if rec._held_by != self._uid:  # (not `_locals`' record of its out tag)
             return
         self._c_drop_local_found(rec)
 
@@ -2799,9 +2931,9 @@ cdef class EoCore:
             if self._drop_on_settle or (
                 rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
             ):
-                del self._locals[rec.out_tag]
+                self._c_local_del(rec)
         elif not rec._keys.keys:
-            del self._locals[rec.out_tag]
+            self._c_local_del(rec)
 
     cdef bint _c_barrier_passed(self, long long epoch) except -1:
         cdef dict barrier = self._barrier
@@ -3077,7 +3209,7 @@ cdef class EoCore:
                 continue
             self._c_check_local_accept(rec)
             # _c_maybe_drop_local(rec), with the memo
-            if locals_.get(rec.out_tag) is not rec:
+            if rec._held_by != self._uid:
                 continue
             if rec.settled:
                 if not self._drop_on_settle:
@@ -3089,9 +3221,9 @@ cdef class EoCore:
                         memo_set = True
                     if not memo_passed:
                         continue
-                del locals_[rec.out_tag]
+                self._c_local_del(rec)
             elif not rec._keys.keys:
-                del locals_[rec.out_tag]
+                self._c_local_del(rec)
 
     def _recent_records(self):
         """The origin records `_recent` holds (tests: none but those `_origins` holds)."""
@@ -3106,13 +3238,12 @@ cdef class EoCore:
         """Any settled record in `_locals` (a tombstone waiting): the first live one held,
         past those dropped another way (let go here)."""
         cdef list held = self._settled_l
-        cdef dict locals_ = self._locals
         cdef Py_ssize_t i = self._settled_head
         cdef Py_ssize_t n = len(held)
         cdef LocalRecord rec
         while i < n:
             rec = <LocalRecord>held[i]
-            if locals_.get(rec.out_tag) is rec:
+            if rec._held_by == self._uid:  # (`_locals`' record of its out tag)
                 break
             held[i] = None
             i += 1
@@ -3138,7 +3269,6 @@ cdef class EoCore:
         `settled_epoch` (the epoch only grows), and the first that has not passed it ends the
         walk (none after it has). The ones it keeps (not seen by all) stay in order."""
         cdef list held = self._settled_l
-        cdef dict locals_ = self._locals
         cdef dict barrier = self._barrier
         cdef set lacking = self._lacking
         cdef LocalRecord rec
@@ -3162,12 +3292,12 @@ cdef class EoCore:
             lim = below if below > 0 else 0  # (an epoch is >= 0: below 1, none passed)
         while i < n:
             rec = <LocalRecord>held[i]
-            if locals_.get(rec.out_tag) is not rec or not rec.settled:
+            if rec._held_by != self._uid or not rec.settled:
                 pass  # (dropped another way: not a record of `_locals` now)
             elif limited and rec.settled_epoch >= lim:
                 break
             elif self._drop_on_settle or rec.c_all_seen():
-                del locals_[rec.out_tag]  # (as _c_maybe_drop_local drops a settled record)
+                self._c_local_del(rec)  # (as _c_maybe_drop_local drops a settled record)
             else:
                 if kept is None:
                     kept = []

@@ -268,7 +268,8 @@ class TopicRouter(EoCore):
         for out_tag, accepted in amap.items():
             rec = self._locals.get(out_tag)
             if rec is None:
-                rec = self._locals[out_tag] = LocalRecord(out_tag)  # a placeholder
+                rec = LocalRecord(out_tag)  # a placeholder
+                self._put_local(out_tag, rec)  # (marked held: EoCore._c_local)
             if rec.settled:
                 rec.set_sub(att, LocalState.SETTLING)
                 self._emit("settle_subscriber", att, out_tag)
