@@ -1135,6 +1135,14 @@ cdef class PubLink:
         return self.c_out_tag(pub, tag)
 
 
+cdef enum:
+    # LocalSub's ring of delivered records: slots at first and at most (8 octets each),
+    # and how many from its head an accept looks at (one accepted out of order is passed)
+    DRING_FIRST = 64
+    DRING_MOST = 4096
+    DRING_LOOK = 8
+
+
 cdef class LocalSub:
     """A subscriber attachment here (protocol.py's `_LocalSub`)."""
 
@@ -1153,6 +1161,64 @@ cdef class LocalSub:
     # (c_subs1), so the records of every message share it (and the origin's look-up of its
     # positions, _c_held_positions, which goes by the tuple object, finds it kept)
     cdef tuple _subs1
+    # the local records delivered to it (c_delivered), oldest first: a ring of `_dsize`
+    # slots (a power of two, grown up to DRING_MOST, then the oldest overwritten) holding
+    # those from counter `_dhead` to `_dtail`. A subscriber accepts in the order it was
+    # delivered to, as a rule, so its accept finds its record at the ring's head, read in
+    # order (c_take_delivered), rather than by a probe of `_locals`, a table of every
+    # record in flight (cache misses on every router). A hint: a record is taken from it
+    # only while `_locals` holds it (LocalRecord._held_by) and it has the accepted out tag
+    cdef list _dring
+    cdef size_t _dhead, _dtail, _dsize
+
+    cdef int c_delivered(self, LocalRecord rec) except -1:
+        cdef list ring = self._dring
+        cdef size_t i, n
+        if self._dtail - self._dhead == self._dsize:
+            if self._dsize < DRING_MOST:  # (full: twice as large, in order)
+                n = DRING_FIRST if self._dsize == 0 else 2 * self._dsize
+                ring = [None] * n
+                for i in range(self._dhead, self._dtail):
+                    ring[i & (n - 1)] = self._dring[i & (self._dsize - 1)]
+                self._dring = ring
+                self._dsize = n
+            else:
+                self._dhead += 1  # (the oldest overwritten: its accept asks `_locals`)
+        ring[self._dtail & (self._dsize - 1)] = rec
+        self._dtail += 1
+        return 0
+
+    cdef LocalRecord c_take_delivered(self, out_tag, unsigned long long uid):
+        """The record of `out_tag` among the first DRING_LOOK of the ring (taken out of it)
+        if `_locals` holds it (marked with `uid`, the core's), else None. The heads no
+        longer held are let go first."""
+        cdef list ring = self._dring
+        cdef size_t i, end, mask
+        cdef PyObject *p
+        cdef LocalRecord rec
+        if ring is None:
+            return None
+        mask = self._dsize - 1
+        while self._dhead != self._dtail:
+            p = PyList_GET_ITEM(ring, self._dhead & mask)
+            if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
+                break
+            ring[self._dhead & mask] = None
+            self._dhead += 1
+        end = self._dhead + DRING_LOOK
+        if end > self._dtail:
+            end = self._dtail
+        for i in range(self._dhead, end):
+            p = PyList_GET_ITEM(ring, i & mask)
+            if p == <PyObject *>None:
+                continue
+            rec = <LocalRecord>p
+            if rec._held_by == uid and (rec.out_tag is out_tag or rec.out_tag == out_tag):
+                ring[i & mask] = None
+                if i == self._dhead:
+                    self._dhead += 1
+                return rec
+        return None
 
     cdef tuple c_subs1(self):
         cdef tuple subs1 = self._subs1
@@ -1659,11 +1725,6 @@ cdef enum:
     # octets a slot in proportion to the largest number seen in flight, up to 128 KiB
     RECENT_FIRST = 256
     RECENT_MOST = 8192
-    # EoCore._lslots' (as _recent's, for `_locals`): the local records in flight are the rate
-    # times the barrier's delay (5,000 to 19,000 on the bench's routers), at 8 octets a slot:
-    # at most 256 KiB
-    LSLOTS_FIRST = 256
-    LSLOTS_MOST = 32768
 
 
 cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
@@ -1815,14 +1876,6 @@ cdef class EoCore:
     # this core's, unique among the cores (never 0): what a record `_origins` holds says
     # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
     cdef unsigned long long _uid
-    # `_locals`' records by their out tag's slot (_recent_key), each one the last put there
-    # and let go as it leaves `_locals` (_c_local_gone), so every record a slot holds is held
-    # by `_locals` (LocalRecord._held_by): _c_local's answer for a subscriber's accept and
-    # settle and for a SETTLE, which name a record by its out tag, a peer's a new bytes
-    # object each (no hash cached), looked up in a table of every record in flight (cache
-    # misses). `_lslots_n` slots (a power of two, 0 and None until a record goes in)
-    cdef list _lslots
-    cdef Py_ssize_t _lslots_n
 
     def __cinit__(self):
         self._sub_order = {}
@@ -1944,13 +1997,16 @@ cdef class EoCore:
 
     cdef c_subscriber_accepted(self, att, out_tag, double now):
         self._now = now
-        cdef LocalRecord rec = self._c_local(out_tag)
-        cdef LocalSub ls
+        cdef LocalRecord rec = None
+        cdef LocalSub ls = self._c_local_sub(att)
         cdef Py_ssize_t pos
         cdef int st
-        if rec is not None:
-            ls = self._c_local_sub(att)
-            if ls is not None:
+        if ls is not None:
+            # `_locals.get(out_tag)`: as a rule the head of the records delivered to it
+            rec = ls.c_take_delivered(out_tag, self._uid)
+            if rec is None:
+                rec = self._locals.get(out_tag)
+            if rec is not None:
                 pos = rec.c_pos(ls.att)  # (ls.att, the object the record holds)
                 st = rec._st[pos] if pos >= 0 else -1
                 if st == L_DELIVERED:
@@ -1966,7 +2022,7 @@ cdef class EoCore:
 
     cdef c_subscriber_settled(self, att, out_tag, double now):
         self._now = now
-        cdef LocalRecord rec = self._c_local(out_tag)
+        cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls = self._c_local_sub(att)
         cdef Py_ssize_t pos = rec.c_pos(ls.att) if rec is not None and ls is not None else -1
         if pos >= 0 and rec._st[pos] == L_SETTLING:
@@ -2191,7 +2247,7 @@ cdef class EoCore:
             self._c_check_accept(rec)
 
     cdef _c_on_settle(self, sender, bytes out_tag, tuple targets):
-        cdef LocalRecord rec = self._c_local(out_tag)
+        cdef LocalRecord rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef int st
         cdef set seen
@@ -2343,76 +2399,22 @@ cdef class EoCore:
     # -- `_locals`: every insertion and removal goes through these (the cdef paths, and
     # protocol.py's placeholders through `_put_local`), so LocalRecord._held_by is exact
 
-    cdef inline LocalRecord _c_local(self, out_tag):
-        """self._locals.get(out_tag): the record in its slot of `_lslots` when `_locals`
-        holds it (`_held_by`) and its out tag is `out_tag` (the same object, or equal bytes),
-        without hashing `out_tag` or probing the table; else the dict's answer."""
-        cdef uint64_t key
-        cdef PyObject *p
-        cdef LocalRecord rec
-        cdef bytes mine
-        if self._lslots_n and type(out_tag) is bytes and _recent_key(<bytes>out_tag, &key):
-            p = PyList_GET_ITEM(
-                self._lslots, <Py_ssize_t>(key & <uint64_t>(self._lslots_n - 1))
-            )
-            if p != <PyObject *>None:
-                rec = <LocalRecord>p
-                mine = rec.out_tag
-                if rec._held_by == self._uid and (
-                    mine is out_tag
-                    or PyBytes_GET_SIZE(mine) == PyBytes_GET_SIZE(out_tag)
-                    and memcmp(PyBytes_AS_STRING(mine), PyBytes_AS_STRING(out_tag),
-                               PyBytes_GET_SIZE(mine)) == 0
-                ):
-                    return rec
-        return self._locals.get(out_tag)
-
-    cdef int _c_local_put(self, bytes out_tag, LocalRecord rec) except -1:
+    cdef inline int _c_local_put(self, bytes out_tag, LocalRecord rec) except -1:
         """`_locals[out_tag] = rec`, `_locals` holding no record of `out_tag` (the caller
-        looked): marked held, and put in its slot (over any other record there)."""
-        cdef uint64_t key
+        looked): marked held."""
         self._locals[out_tag] = rec
         rec._held_by = self._uid
-        if _recent_key(out_tag, &key):
-            if self._lslots_n < LSLOTS_MOST and 2 * len(self._locals) > self._lslots_n:
-                self._c_lslots_grow()
-            self._lslots[<Py_ssize_t>(key & <uint64_t>(self._lslots_n - 1))] = rec
         return 0
 
-    cdef int _c_local_gone(self, LocalRecord rec) except -1:
-        """`rec` no longer held by `_locals` (the caller took it out): unmarked, and let go
-        of by its slot (no slot holds a record beyond those `_locals` holds)."""
-        cdef uint64_t key
-        cdef Py_ssize_t i
+    cdef inline int _c_local_gone(self, LocalRecord rec) except -1:
+        """`rec` no longer held by `_locals` (the caller took it out): unmarked."""
         rec._held_by = 0
-        if self._lslots_n and _recent_key(rec.out_tag, &key):
-            i = <Py_ssize_t>(key & <uint64_t>(self._lslots_n - 1))
-            if PyList_GET_ITEM(self._lslots, i) == <PyObject *>rec:
-                self._lslots[i] = None
         return 0
 
     cdef inline int _c_local_del(self, LocalRecord rec) except -1:
         """`del self._locals[rec.out_tag]` of a record `_locals` holds."""
         del self._locals[rec.out_tag]
         self._c_local_gone(rec)
-        return 0
-
-    cdef int _c_lslots_grow(self) except -1:
-        """`_lslots` made (the first record), or twice as large, its records moved to their
-        slots there (of two that meet, the one met last stays: the dict has both)."""
-        cdef Py_ssize_t j, old = self._lslots_n
-        cdef Py_ssize_t n = LSLOTS_FIRST if old == 0 else 2 * old
-        cdef list recs = [None] * n
-        cdef uint64_t key
-        cdef LocalRecord rec
-        for j in range(old):
-            x = self._lslots[j]
-            if x is not None:
-                rec = <LocalRecord>x
-                if _recent_key(rec.out_tag, &key):
-                    recs[<Py_ssize_t>(key & <uint64_t>(n - 1))] = rec
-        self._lslots = recs
-        self._lslots_n = n
         return 0
 
     def _put_local(self, bytes out_tag, LocalRecord rec):
@@ -2429,8 +2431,8 @@ cdef class EoCore:
 
     def _check_locals(self, others=()):
         """Tests: LocalRecord._held_by is exact for every record this core can still reach
-        (`_locals`, `_lslots`, the settled index) and for `others` (any local records, as
-        the garbage collector lists them), and every slot's record is `_locals`'."""
+        (`_locals`, the settled index, its subscribers' rings of delivered records) and for
+        `others` (any local records, as the garbage collector lists them)."""
         cdef LocalRecord rec
         for x in others:
             rec = <LocalRecord?>x
@@ -2441,15 +2443,16 @@ cdef class EoCore:
         for tag, rec in self._locals.items():
             assert rec._held_by == self._uid, f"a record of _locals not marked: {tag!r}"
             assert rec.out_tag == tag, f"a record under another out tag: {tag!r}"
-        for x in self._lslots or ():
-            if x is not None:
-                rec = <LocalRecord>x
-                assert self._locals.get(rec.out_tag) is rec, "a slot holds a record gone"
-        for x in self._settled_l:
+        cdef LocalSub ls
+        held = list(self._settled_l)
+        for x in self._subs.values():
+            ls = <LocalSub>x
+            held.extend(ls._dring or ())
+        for x in held:
             if x is not None:
                 rec = <LocalRecord>x
                 assert (rec._held_by == self._uid) == (self._locals.get(rec.out_tag) is rec), (
-                    f"a settled record marked wrongly: {rec.out_tag!r}"
+                    f"a local record marked wrongly: {rec.out_tag!r}"
                 )
 
     cdef _Layout _c_known_layout(self):
@@ -2889,7 +2892,7 @@ cdef class EoCore:
             if known is not None and out_tag is known_tag:
                 rec = known
             else:
-                rec = self._c_local(out_tag)
+                rec = self._locals.get(out_tag)
             pos = rec.c_pos(att) if rec is not None else -1
             st = rec._st[pos] if pos >= 0 else -1
             if st == L_HELD:
@@ -2897,6 +2900,7 @@ cdef class EoCore:
             queue.popleft()
             if rec is not None and rec.body is not None and st == L_QUEUED:
                 rec._st[pos] = L_DELIVERED
+                ls.c_delivered(rec)
                 resume = out_tag in ls.attach_map
                 self._out.push(OUT_DELIVER, None, ls.att, out_tag, rec.body, resume)
 
