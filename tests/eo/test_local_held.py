@@ -1,10 +1,10 @@
-"""The local records' slots (`EoCore._lslots`, qrouter/_fast/eo_core.pyx): a subscriber's
-accept or settle and a SETTLE take the record in their out tag's slot instead of asking
-`_locals`, trusting its mark (`LocalRecord._held_by`: "`_locals` holds me"). A path that took
-a record out of `_locals` without clearing the mark would act on a stale record, so every
-step of many seeded schedules (tests/eo/sim.py: crashes, broken channels, store failures,
-detaches) is checked: every record a core can reach is marked exactly when `_locals` holds it,
-and now and then every local record alive (the garbage collector's list) too."""
+"""The local records' mark (`LocalRecord._held_by`, qrouter/_fast/eo_core.pyx: "`_locals`
+holds me"): a subscriber's accept takes the record at the head of the records delivered to it
+(`LocalSub._dring`) instead of asking `_locals`, trusting that mark. A path that took a record
+out of `_locals` without clearing it would act on a stale record, so every step of many seeded
+schedules (tests/eo/sim.py: crashes, broken channels, store failures, detaches) is checked:
+every record a core can reach is marked exactly when `_locals` holds it, and now and then every
+local record alive (the garbage collector's list) too."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ def test_a_local_record_is_marked_held_exactly_while_locals_holds_it(
     assert checked["steps"] > 10_000 and checked["records"] > 10_000, checked
 
 
-def test_a_record_taken_out_is_not_found_by_its_slot() -> None:
-    """A record dropped (here by the test hook, as any path must) leaves its slot: the next
-    look-up of its out tag finds nothing, not the stale record."""
+def test_a_record_taken_out_is_no_longer_marked() -> None:
+    """A record dropped (here by the test hook, as any path must) loses its mark, and a
+    placeholder put in its place (protocol.py's, through `_put_local`) has it."""
     seen: list[bool] = []
     original = simulation.Simulation._tick
 
