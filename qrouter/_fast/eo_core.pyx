@@ -1136,11 +1136,82 @@ cdef class PubLink:
 
 
 cdef enum:
-    # LocalSub's ring of delivered records: slots at first and at most (8 octets each),
-    # and how many from its head an accept looks at (one accepted out of order is passed)
-    DRING_FIRST = 64
+    # a _RecRing's slots at first (8 octets each), and how many from its head a look-up
+    # looks at (a record taken out of order passes a few)
+    RING_FIRST = 64
+    RING_LOOK = 8
+    # at most: a subscriber's delivered records (LocalSub._dring), the core's (EoCore._fring)
     DRING_MOST = 4096
-    DRING_LOOK = 8
+    FRING_MOST = 32768
+
+
+@cython.final
+cdef class _RecRing:
+    """Local records in the order they came (c_push), oldest first, for a look-up by out tag
+    that expects them in about that order (c_take): a ring of `size` slots (a power of two,
+    grown up to `most`, then the oldest overwritten) holding those from counter `head` to
+    `tail`. Its records are read in order, not probed for in `_locals`, a table of every
+    record in flight (cache misses on every router). A hint: a record is taken from it only
+    while `_locals` holds it (LocalRecord._held_by) and it has the out tag asked."""
+
+    cdef list ring
+    cdef size_t head, tail, size, most
+
+    def __cinit__(self, size_t most):
+        self.most = most
+
+    cdef int c_push(self, LocalRecord rec) except -1:
+        cdef list ring = self.ring
+        cdef size_t i, n
+        if self.tail - self.head == self.size:
+            if self.size < self.most:  # (full: twice as large, in order)
+                n = RING_FIRST if self.size == 0 else 2 * self.size
+                ring = [None] * n
+                for i in range(self.head, self.tail):
+                    ring[i & (n - 1)] = self.ring[i & (self.size - 1)]
+                self.ring = ring
+                self.size = n
+            else:
+                self.head += 1  # (the oldest overwritten: its look-up asks `_locals`)
+        ring[self.tail & (self.size - 1)] = rec
+        self.tail += 1
+        return 0
+
+    cdef LocalRecord c_take(self, out_tag, unsigned long long uid):
+        """The record of `out_tag` among the first RING_LOOK (taken out of the ring) if
+        `_locals` holds it (marked with `uid`, the core's), else None. The heads no longer
+        held are let go first."""
+        cdef list ring = self.ring
+        cdef size_t i, end, mask
+        cdef PyObject *p
+        cdef LocalRecord rec
+        if ring is None:
+            return None
+        mask = self.size - 1
+        while self.head != self.tail:
+            p = PyList_GET_ITEM(ring, self.head & mask)
+            if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
+                break
+            ring[self.head & mask] = None
+            self.head += 1
+        end = self.head + RING_LOOK
+        if end > self.tail:
+            end = self.tail
+        for i in range(self.head, end):
+            p = PyList_GET_ITEM(ring, i & mask)
+            if p == <PyObject *>None:
+                continue
+            rec = <LocalRecord>p
+            if rec._held_by == uid and (rec.out_tag is out_tag or rec.out_tag == out_tag):
+                ring[i & mask] = None
+                if i == self.head:
+                    self.head += 1
+                return rec
+        return None
+
+    def records(self):
+        """The records it holds (tests)."""
+        return [x for x in self.ring or () if x is not None]
 
 
 cdef class LocalSub:
@@ -1161,64 +1232,10 @@ cdef class LocalSub:
     # (c_subs1), so the records of every message share it (and the origin's look-up of its
     # positions, _c_held_positions, which goes by the tuple object, finds it kept)
     cdef tuple _subs1
-    # the local records delivered to it (c_delivered), oldest first: a ring of `_dsize`
-    # slots (a power of two, grown up to DRING_MOST, then the oldest overwritten) holding
-    # those from counter `_dhead` to `_dtail`. A subscriber accepts in the order it was
-    # delivered to, as a rule, so its accept finds its record at the ring's head, read in
-    # order (c_take_delivered), rather than by a probe of `_locals`, a table of every
-    # record in flight (cache misses on every router). A hint: a record is taken from it
-    # only while `_locals` holds it (LocalRecord._held_by) and it has the accepted out tag
-    cdef list _dring
-    cdef size_t _dhead, _dtail, _dsize
-
-    cdef int c_delivered(self, LocalRecord rec) except -1:
-        cdef list ring = self._dring
-        cdef size_t i, n
-        if self._dtail - self._dhead == self._dsize:
-            if self._dsize < DRING_MOST:  # (full: twice as large, in order)
-                n = DRING_FIRST if self._dsize == 0 else 2 * self._dsize
-                ring = [None] * n
-                for i in range(self._dhead, self._dtail):
-                    ring[i & (n - 1)] = self._dring[i & (self._dsize - 1)]
-                self._dring = ring
-                self._dsize = n
-            else:
-                self._dhead += 1  # (the oldest overwritten: its accept asks `_locals`)
-        ring[self._dtail & (self._dsize - 1)] = rec
-        self._dtail += 1
-        return 0
-
-    cdef LocalRecord c_take_delivered(self, out_tag, unsigned long long uid):
-        """The record of `out_tag` among the first DRING_LOOK of the ring (taken out of it)
-        if `_locals` holds it (marked with `uid`, the core's), else None. The heads no
-        longer held are let go first."""
-        cdef list ring = self._dring
-        cdef size_t i, end, mask
-        cdef PyObject *p
-        cdef LocalRecord rec
-        if ring is None:
-            return None
-        mask = self._dsize - 1
-        while self._dhead != self._dtail:
-            p = PyList_GET_ITEM(ring, self._dhead & mask)
-            if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
-                break
-            ring[self._dhead & mask] = None
-            self._dhead += 1
-        end = self._dhead + DRING_LOOK
-        if end > self._dtail:
-            end = self._dtail
-        for i in range(self._dhead, end):
-            p = PyList_GET_ITEM(ring, i & mask)
-            if p == <PyObject *>None:
-                continue
-            rec = <LocalRecord>p
-            if rec._held_by == uid and (rec.out_tag is out_tag or rec.out_tag == out_tag):
-                ring[i & mask] = None
-                if i == self._dhead:
-                    self._dhead += 1
-                return rec
-        return None
+    # the local records delivered to it (_c_pump), oldest first: a subscriber accepts in
+    # the order it was delivered to, as a rule, so its accept finds its record at the
+    # ring's head (c_subscriber_accepted) rather than by a probe of `_locals`
+    cdef _RecRing _dring
 
     cdef tuple c_subs1(self):
         cdef tuple subs1 = self._subs1
@@ -1876,6 +1893,10 @@ cdef class EoCore:
     # this core's, unique among the cores (never 0): what a record `_origins` holds says
     # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
     cdef unsigned long long _uid
+    # the local records the FWDs made, in order (_c_on_fwd): the SETTLEs come in about the
+    # order of the FWDs (the publisher's), so a SETTLE finds its record at the ring's head
+    # rather than by a probe of `_locals` (None until a FWD makes a record here)
+    cdef _RecRing _fring
 
     def __cinit__(self):
         self._sub_order = {}
@@ -2003,7 +2024,7 @@ cdef class EoCore:
         cdef int st
         if ls is not None:
             # `_locals.get(out_tag)`: as a rule the head of the records delivered to it
-            rec = ls.c_take_delivered(out_tag, self._uid)
+            rec = ls._dring.c_take(out_tag, self._uid) if ls._dring is not None else None
             if rec is None:
                 rec = self._locals.get(out_tag)
             if rec is not None:
@@ -2170,6 +2191,10 @@ cdef class EoCore:
                 return
             rec = _new_local(out_tag)
             self._c_local_put(out_tag, rec)
+            if self.eo:  # (at least once: a record goes at its accept, before any SETTLE)
+                if self._fring is None:
+                    self._fring = _RecRing(FRING_MOST)
+                self._fring.c_push(rec)
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
         if origin is not None:
@@ -2247,7 +2272,12 @@ cdef class EoCore:
             self._c_check_accept(rec)
 
     cdef _c_on_settle(self, sender, bytes out_tag, tuple targets):
-        cdef LocalRecord rec = self._locals.get(out_tag)
+        # `_locals.get(out_tag)`: as a rule at the head of the records the FWDs made
+        cdef LocalRecord rec = self._fring.c_take(out_tag, self._uid) if (
+            self._fring is not None
+        ) else None
+        if rec is None:
+            rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef int st
         cdef set seen
@@ -2432,7 +2462,7 @@ cdef class EoCore:
     def _check_locals(self, others=()):
         """Tests: LocalRecord._held_by is exact for every record this core can still reach
         (`_locals`, the settled index, its subscribers' rings of delivered records) and for
-        `others` (any local records, as the garbage collector lists them)."""
+        `others` (any local records: those of other cores are not marked with its `_uid`)."""
         cdef LocalRecord rec
         for x in others:
             rec = <LocalRecord?>x
@@ -2445,9 +2475,12 @@ cdef class EoCore:
             assert rec.out_tag == tag, f"a record under another out tag: {tag!r}"
         cdef LocalSub ls
         held = list(self._settled_l)
+        if self._fring is not None:
+            held.extend(self._fring.records())
         for x in self._subs.values():
             ls = <LocalSub>x
-            held.extend(ls._dring or ())
+            if ls._dring is not None:
+                held.extend(ls._dring.records())
         for x in held:
             if x is not None:
                 rec = <LocalRecord>x
@@ -2900,7 +2933,9 @@ cdef class EoCore:
             queue.popleft()
             if rec is not None and rec.body is not None and st == L_QUEUED:
                 rec._st[pos] = L_DELIVERED
-                ls.c_delivered(rec)
+                if ls._dring is None:
+                    ls._dring = _RecRing(DRING_MOST)
+                ls._dring.c_push(rec)
                 resume = out_tag in ls.attach_map
                 self._out.push(OUT_DELIVER, None, ls.att, out_tag, rec.body, resume)
 
