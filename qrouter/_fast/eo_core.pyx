@@ -834,7 +834,7 @@ cdef class LocalRecord:
     # the `_uid` of the core whose `_locals` holds it under its out tag, else 0: set where a
     # record goes in (EoCore._c_local_put, `_put_local`), cleared where one comes out
     # (EoCore._c_local_gone), so that `rec._held_by == core._uid` is `core._locals.get(
-    # rec.out_tag) is rec` with no look-up (EoCore._c_local, the tick's walks)
+    # rec.out_tag) is rec` with no look-up (the rings' hints, _RecRing; the tick's walks)
     cdef unsigned long long _held_by
 
     def __cinit__(self):
@@ -1188,12 +1188,7 @@ cdef class _RecRing:
         if ring is None:
             return None
         mask = self.size - 1
-        while self.head != self.tail:
-            p = PyList_GET_ITEM(ring, self.head & mask)
-            if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
-                break
-            ring[self.head & mask] = None
-            self.head += 1
+        self.c_let_go_heads(uid)
         end = self.head + RING_LOOK
         if end > self.tail:
             end = self.tail
@@ -1208,6 +1203,42 @@ cdef class _RecRing:
                     self.head += 1
                 return rec
         return None
+
+    cdef inline int c_let_go_heads(self, unsigned long long uid) except -1:
+        """The records at its head that `_locals` no longer holds let go."""
+        cdef size_t mask = self.size - 1
+        cdef PyObject *p
+        while self.head != self.tail:
+            p = PyList_GET_ITEM(self.ring, self.head & mask)
+            if p != <PyObject *>None:
+                if (<LocalRecord>p)._held_by == uid:
+                    break
+                self.ring[self.head & mask] = None
+            self.head += 1
+        return 0
+
+    cdef int c_trim(self, unsigned long long uid, size_t keep) except -1:
+        """(The tick.) The heads no longer held let go; then, if it holds more than `keep`
+        entries, only its records `_locals` holds kept, in order: records dropped behind
+        a held one (and their bodies) are not kept alive past a tick."""
+        cdef size_t i, j = 0, mask = self.size - 1
+        cdef PyObject *p
+        cdef list ring
+        if self.ring is None:
+            return 0
+        self.c_let_go_heads(uid)
+        if self.tail - self.head <= keep:
+            return 0
+        ring = [None] * self.size
+        for i in range(self.head, self.tail):
+            p = PyList_GET_ITEM(self.ring, i & mask)
+            if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
+                ring[j] = <object>p
+                j += 1
+        self.ring = ring
+        self.head = 0
+        self.tail = j
+        return 0
 
     def records(self):
         """The records it holds (tests)."""
@@ -2452,6 +2483,23 @@ cdef class EoCore:
         if out_tag in self._locals:
             raise ValueError("a local record of that out tag is held already")
         self._c_local_put(out_tag, rec)
+
+    def _trim_rings(self):
+        """(The tick.) The rings of local records keep no more than about what `_locals`
+        holds (_RecRing.c_trim)."""
+        cdef size_t keep = 2 * len(self._locals) + RING_LOOK
+        cdef LocalSub ls
+        if self._fring is not None:
+            self._fring.c_trim(self._uid, keep)
+        for x in self._subs.values():
+            ls = <LocalSub>x
+            if ls._dring is not None:
+                ls._dring.c_trim(self._uid, keep)
+
+    def _ring_records(self):
+        """The records its rings hold, one list a ring (tests)."""
+        rings = [self._fring] + [(<LocalSub>x)._dring for x in self._subs.values()]
+        return [(<_RecRing>r).records() for r in rings if r is not None]
 
     def _drop_local(self, LocalRecord rec):
         """`del self._locals[rec.out_tag]` of a record it holds (tests)."""

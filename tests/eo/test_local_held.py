@@ -93,3 +93,37 @@ def test_a_record_taken_out_is_no_longer_marked() -> None:
             if seen:
                 break
     assert seen, "no schedule had a local record at a tick"
+
+
+def test_records_dropped_from_locals_are_let_go_by_the_rings_at_the_tick() -> None:
+    """A subscriber detaches with records in flight (its router drops them: no subscriber
+    left there); the ring of the FWDs' records held them, and bodies, until the tick."""
+    from collections import deque
+
+    from qrouter.eo import TopicRouter
+    from tools.bench.eo_state import PUB, _Port
+
+    wire: deque[tuple[str, str, Any]] = deque()
+    routers = {r: TopicRouter(r, _Port(wire, r), instance=1, topic="t") for r in "AB"}
+
+    def pump() -> None:
+        while wire:
+            src, dst, msg = wire.popleft()
+            routers[dst].receive(src, msg, 0.0)
+
+    routers["A"].router_up("B", 0.0)
+    routers["B"].router_up("A", 0.0)
+    pump()
+    att = routers["B"].subscriber_attached(("sub", "link"), [], 0.0, resumable=False)
+    pump()
+    routers["A"].publisher_attached(PUB, [], 0.0)
+    for i in range(200):
+        routers["A"].publisher_transfer(PUB, i.to_bytes(4, "big"), b"x" * 100, 0.0)
+    pump()
+    b = routers["B"]
+    assert len(b._locals) == 200 and sum(map(len, b._ring_records())) >= 200
+    b.subscriber_detached(att, True, 0.0)
+    pump()
+    assert not b._locals  # (dropped: nobody here wants them)
+    b.tick(1.0)
+    assert b._ring_records() in ([], [[]]), "the rings kept records _locals let go"
