@@ -834,6 +834,11 @@ cdef class LocalRecord:
     # it is held there); None otherwise, and once every subscriber here has seen the
     # settlement (no more of those to send)
     cdef OriginRecord _origin
+    # the `_uid` of the core whose `_locals` holds it under its out tag, else 0: set where a
+    # record goes in (EoCore._c_local_put, `_put_local`), cleared where one comes out
+    # (EoCore._c_local_gone), so that `rec._held_by == core._uid` is `core._locals.get(
+    # rec.out_tag) is rec` with no look-up (the rings' hints, _RecRing; the tick's walks)
+    cdef unsigned long long _held_by
 
     def __cinit__(self):
         self._keys = _NO_KEYS
@@ -1133,6 +1138,116 @@ cdef class PubLink:
         return self.c_out_tag(pub, tag)
 
 
+cdef enum:
+    # a _RecRing's slots at first (8 octets each), and how many from its head a look-up
+    # looks at (a record taken out of order passes a few)
+    RING_FIRST = 64
+    RING_LOOK = 8
+    # at most: a subscriber's delivered records (LocalSub._dring), the core's (EoCore._fring)
+    DRING_MOST = 4096
+    FRING_MOST = 32768
+
+
+@cython.final
+cdef class _RecRing:
+    """Local records in the order they came (c_push), oldest first, for a look-up by out tag
+    that expects them in about that order (c_take): a ring of `size` slots (a power of two,
+    grown up to `most`, then the oldest overwritten) holding those from counter `head` to
+    `tail`. Its records are read in order, not probed for in `_locals`, a table of every
+    record in flight (cache misses on every router). A hint: a record is taken from it only
+    while `_locals` holds it (LocalRecord._held_by) and it has the out tag asked."""
+
+    cdef list ring
+    cdef size_t head, tail, size, most
+
+    def __cinit__(self, size_t most):
+        self.most = most
+
+    cdef int c_push(self, LocalRecord rec) except -1:
+        cdef list ring = self.ring
+        cdef size_t i, n
+        if self.tail - self.head == self.size:
+            if self.size < self.most:  # (full: twice as large, in order)
+                n = RING_FIRST if self.size == 0 else 2 * self.size
+                ring = [None] * n
+                for i in range(self.head, self.tail):
+                    ring[i & (n - 1)] = self.ring[i & (self.size - 1)]
+                self.ring = ring
+                self.size = n
+            else:
+                self.head += 1  # (the oldest overwritten: its look-up asks `_locals`)
+        ring[self.tail & (self.size - 1)] = rec
+        self.tail += 1
+        return 0
+
+    cdef LocalRecord c_take(self, out_tag, unsigned long long uid):
+        """The record of `out_tag` among the first RING_LOOK (taken out of the ring) if
+        `_locals` holds it (marked with `uid`, the core's), else None. The heads no longer
+        held are let go first."""
+        cdef list ring = self.ring
+        cdef size_t i, end, mask
+        cdef PyObject *p
+        cdef LocalRecord rec
+        if ring is None:
+            return None
+        mask = self.size - 1
+        self.c_let_go_heads(uid)
+        end = self.head + RING_LOOK
+        if end > self.tail:
+            end = self.tail
+        for i in range(self.head, end):
+            p = PyList_GET_ITEM(ring, i & mask)
+            if p == <PyObject *>None:
+                continue
+            rec = <LocalRecord>p
+            if rec._held_by == uid and (rec.out_tag is out_tag or rec.out_tag == out_tag):
+                ring[i & mask] = None
+                if i == self.head:
+                    self.head += 1
+                return rec
+        return None
+
+    cdef inline int c_let_go_heads(self, unsigned long long uid) except -1:
+        """The records at its head that `_locals` no longer holds let go."""
+        cdef size_t mask = self.size - 1
+        cdef PyObject *p
+        while self.head != self.tail:
+            p = PyList_GET_ITEM(self.ring, self.head & mask)
+            if p != <PyObject *>None:
+                if (<LocalRecord>p)._held_by == uid:
+                    break
+                self.ring[self.head & mask] = None
+            self.head += 1
+        return 0
+
+    cdef int c_trim(self, unsigned long long uid, size_t keep) except -1:
+        """(The tick.) The heads no longer held let go; then, if it holds more than `keep`
+        entries, only its records `_locals` holds kept, in order: records dropped behind
+        a held one (and their bodies) are not kept alive past a tick."""
+        cdef size_t i, j = 0, mask = self.size - 1
+        cdef PyObject *p
+        cdef list ring
+        if self.ring is None:
+            return 0
+        self.c_let_go_heads(uid)
+        if self.tail - self.head <= keep:
+            return 0
+        ring = [None] * self.size
+        for i in range(self.head, self.tail):
+            p = PyList_GET_ITEM(self.ring, i & mask)
+            if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
+                ring[j] = <object>p
+                j += 1
+        self.ring = ring
+        self.head = 0
+        self.tail = j
+        return 0
+
+    def records(self):
+        """The records it holds (tests)."""
+        return [x for x in self.ring or () if x is not None]
+
+
 cdef class LocalSub:
     """A subscriber attachment here (protocol.py's `_LocalSub`)."""
 
@@ -1151,6 +1266,10 @@ cdef class LocalSub:
     # (c_subs1), so the records of every message share it (and the origin's look-up of its
     # positions, _c_held_positions, which goes by the tuple object, finds it kept)
     cdef tuple _subs1
+    # the local records delivered to it (_c_pump), oldest first: a subscriber accepts in
+    # the order it was delivered to, as a rule, so its accept finds its record at the
+    # ring's head (c_subscriber_accepted) rather than by a probe of `_locals`
+    cdef _RecRing _dring
 
     cdef tuple c_subs1(self):
         cdef tuple subs1 = self._subs1
@@ -1850,6 +1969,10 @@ cdef class EoCore:
     # this core's, unique among the cores (never 0): what a record `_origins` holds says
     # (OriginRecord._held_by), so a hint from another core (a topic made again) is not taken
     cdef unsigned long long _uid
+    # the local records the FWDs made, in order (_c_on_fwd): the SETTLEs come in about the
+    # order of the FWDs (the publisher's), so a SETTLE finds its record at the ring's head
+    # rather than by a probe of `_locals` (None until a FWD makes a record here)
+    cdef _RecRing _fring
 
     def __cinit__(self):
         self._sub_order = {}
@@ -1968,13 +2091,16 @@ cdef class EoCore:
 
     cdef c_subscriber_accepted(self, att, out_tag, double now):
         self._now = now
-        cdef LocalRecord rec = self._locals.get(out_tag)
-        cdef LocalSub ls
+        cdef LocalRecord rec = None
+        cdef LocalSub ls = self._c_local_sub(att)
         cdef Py_ssize_t pos
         cdef int st
-        if rec is not None:
-            ls = self._c_local_sub(att)
-            if ls is not None:
+        if ls is not None:
+            # `_locals.get(out_tag)`: as a rule the head of the records delivered to it
+            rec = ls._dring.c_take(out_tag, self._uid) if ls._dring is not None else None
+            if rec is None:
+                rec = self._locals.get(out_tag)
+            if rec is not None:
                 pos = rec.c_pos(ls.att)  # (ls.att, the object the record holds)
                 st = rec._st[pos] if pos >= 0 else -1
                 if st == L_DELIVERED:
@@ -2148,7 +2274,11 @@ cdef class EoCore:
             if not live:
                 return
             rec = _new_local(out_tag)
-            self._locals[out_tag] = rec
+            self._c_local_put(out_tag, rec)
+            if self.eo:  # (at least once: a record goes at its accept, before any SETTLE)
+                if self._fring is None:
+                    self._fring = _RecRing(FRING_MOST)
+                self._fring.c_push(rec)
         if rec.body is None:
             rec.body, rec.publisher, rec.tag = body, pub, tag
         if origin is not None:
@@ -2242,13 +2372,18 @@ cdef class EoCore:
             self._c_check_accept(rec)
 
     cdef _c_on_settle(self, sender, bytes out_tag, tuple targets):
-        cdef LocalRecord rec = self._locals.get(out_tag)
+        # `_locals.get(out_tag)`: as a rule at the head of the records the FWDs made
+        cdef LocalRecord rec = self._fring.c_take(out_tag, self._uid) if (
+            self._fring is not None
+        ) else None
+        if rec is None:
+            rec = self._locals.get(out_tag)
         cdef LocalSub ls
         cdef int st
         cdef set seen
         if rec is None:
             rec = _new_local(out_tag)
-            self._locals[out_tag] = rec
+            self._c_local_put(out_tag, rec)
         if not rec.settled:
             rec.settled = True
             rec.settled_epoch = self._epoch
@@ -2303,7 +2438,7 @@ cdef class EoCore:
         if self._drop_on_settle or (
             rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
         ):
-            del self._locals[out_tag]
+            self._c_local_del(rec)
 
     cdef _c_on_seen(self, bytes out_tag, tuple seen, OriginRecord hint=None):
         """`hint`: our own SEEN's record (its local record's `_origin`), else None."""
@@ -2391,6 +2526,85 @@ cdef class EoCore:
 
     def __dealloc__(self):
         PyMem_Free(self._recent_keys)
+
+    # -- `_locals`: every insertion and removal goes through these (the cdef paths, and
+    # protocol.py's placeholders through `_put_local`), so LocalRecord._held_by is exact
+
+    cdef inline int _c_local_put(self, bytes out_tag, LocalRecord rec) except -1:
+        """`_locals[out_tag] = rec`, `_locals` holding no record of `out_tag` (the caller
+        looked): marked held."""
+        self._locals[out_tag] = rec
+        rec._held_by = self._uid
+        return 0
+
+    cdef inline int _c_local_gone(self, LocalRecord rec) except -1:
+        """`rec` no longer held by `_locals` (the caller took it out): unmarked."""
+        rec._held_by = 0
+        return 0
+
+    cdef inline int _c_local_del(self, LocalRecord rec) except -1:
+        """`del self._locals[rec.out_tag]` of a record `_locals` holds."""
+        del self._locals[rec.out_tag]
+        self._c_local_gone(rec)
+        return 0
+
+    def _put_local(self, bytes out_tag, LocalRecord rec):
+        """`_locals[out_tag] = rec` (protocol.py's placeholders), `_locals` holding none."""
+        if out_tag in self._locals:
+            raise ValueError("a local record of that out tag is held already")
+        self._c_local_put(out_tag, rec)
+
+    def _trim_rings(self):
+        """(The tick.) The rings of local records keep no more than about what `_locals`
+        holds (_RecRing.c_trim)."""
+        cdef size_t keep = 2 * len(self._locals) + RING_LOOK
+        cdef LocalSub ls
+        if self._fring is not None:
+            self._fring.c_trim(self._uid, keep)
+        for x in self._subs.values():
+            ls = <LocalSub>x
+            if ls._dring is not None:
+                ls._dring.c_trim(self._uid, keep)
+
+    def _ring_records(self):
+        """The records its rings hold, one list a ring (tests)."""
+        rings = [self._fring] + [(<LocalSub>x)._dring for x in self._subs.values()]
+        return [(<_RecRing>r).records() for r in rings if r is not None]
+
+    def _drop_local(self, LocalRecord rec):
+        """`del self._locals[rec.out_tag]` of a record it holds (tests)."""
+        if self._locals.get(rec.out_tag) is not rec:
+            raise KeyError(rec.out_tag)
+        self._c_local_del(rec)
+
+    def _check_locals(self, others=()):
+        """Tests: LocalRecord._held_by is exact for every record this core can still reach
+        (`_locals`, the settled index, its subscribers' rings of delivered records) and for
+        `others` (any local records: those of other cores are not marked with its `_uid`)."""
+        cdef LocalRecord rec
+        for x in others:
+            rec = <LocalRecord?>x
+            if rec._held_by == self._uid:
+                assert self._locals.get(rec.out_tag) is rec, (
+                    f"a record marked held, not held: {rec.out_tag!r}"
+                )
+        for tag, rec in self._locals.items():
+            assert rec._held_by == self._uid, f"a record of _locals not marked: {tag!r}"
+            assert rec.out_tag == tag, f"a record under another out tag: {tag!r}"
+        cdef LocalSub ls
+        held = list(self._settled_l)
+        if self._fring is not None:
+            held.extend(self._fring.records())
+        for x in self._subs.values():
+            ls = <LocalSub>x
+            if ls._dring is not None:
+                held.extend(ls._dring.records())
+        for x in held:
+            if x is not None:
+                rec = <LocalRecord>x
+                assert (rec._held_by == self._uid) == (self._locals.get(rec.out_tag) is rec), (
+                    f"a local record marked wrongly: {rec.out_tag!r}"
+                )
 
     cdef _Layout _c_known_layout(self):
         """The layout of sorted(view.known) (view.subscribers()), found once per change of the
@@ -2846,6 +3060,9 @@ cdef class EoCore:
             queue.popleft()
             if rec is not None and rec.body is not None and st == L_QUEUED:
                 rec._st[pos] = L_DELIVERED
+                if ls._dring is None:
+                    ls._dring = _RecRing(DRING_MOST)
+                ls._dring.c_push(rec)
                 resume = out_tag in ls.attach_map
                 self._out.push(OUT_DELIVER, None, ls.att, out_tag, rec.body, resume)
 
@@ -2864,11 +3081,13 @@ cdef class EoCore:
                 self._c_rec_to(router, REC_ACCEPT, rec.out_tag, subs, rec._origin)
         else:  # (one router, not None: checked above)
             self._c_rec_to(drivers, REC_ACCEPT, rec.out_tag, subs, rec._origin)
-        if not self.eo:
-            self._locals.pop(rec.out_tag, None)  # subscribers settle on accept (mode first)
+        if not self.eo:  # subscribers settle on accept (mode first)
+            was = self._locals.pop(rec.out_tag, None)
+            if was is not None:
+                self._c_local_gone(<LocalRecord>was)
 
     cdef _c_maybe_drop_local(self, LocalRecord rec):
-        if self._locals.get(rec.out_tag) is not rec:
+        if rec._held_by != self._uid:  # (not `_locals`' record of its out tag)
             return
         self._c_drop_local_found(rec)
 
@@ -2878,9 +3097,9 @@ cdef class EoCore:
             if self._drop_on_settle or (
                 rec.c_all_seen() and self._c_barrier_passed(rec.settled_epoch)
             ):
-                del self._locals[rec.out_tag]
+                self._c_local_del(rec)
         elif not rec._keys.keys:
-            del self._locals[rec.out_tag]
+            self._c_local_del(rec)
 
     cdef bint _c_barrier_passed(self, long long epoch) except -1:
         cdef dict barrier = self._barrier
@@ -3158,7 +3377,7 @@ cdef class EoCore:
                 continue
             self._c_check_local_accept(rec)
             # _c_maybe_drop_local(rec), with the memo
-            if locals_.get(rec.out_tag) is not rec:
+            if rec._held_by != self._uid:
                 continue
             if rec.settled:
                 if not self._drop_on_settle:
@@ -3170,9 +3389,9 @@ cdef class EoCore:
                         memo_set = True
                     if not memo_passed:
                         continue
-                del locals_[rec.out_tag]
+                self._c_local_del(rec)
             elif not rec._keys.keys:
-                del locals_[rec.out_tag]
+                self._c_local_del(rec)
 
     def _recent_records(self):
         """The origin records `_recent` holds (tests: none but those `_origins` holds)."""
@@ -3187,13 +3406,12 @@ cdef class EoCore:
         """Any settled record in `_locals` (a tombstone waiting): the first live one held,
         past those dropped another way (let go here)."""
         cdef list held = self._settled_l
-        cdef dict locals_ = self._locals
         cdef Py_ssize_t i = self._settled_head
         cdef Py_ssize_t n = len(held)
         cdef LocalRecord rec
         while i < n:
             rec = <LocalRecord>held[i]
-            if locals_.get(rec.out_tag) is rec:
+            if rec._held_by == self._uid:  # (`_locals`' record of its out tag)
                 break
             held[i] = None
             i += 1
@@ -3219,7 +3437,6 @@ cdef class EoCore:
         `settled_epoch` (the epoch only grows), and the first that has not passed it ends the
         walk (none after it has). The ones it keeps (not seen by all) stay in order."""
         cdef list held = self._settled_l
-        cdef dict locals_ = self._locals
         cdef dict barrier = self._barrier
         cdef set lacking = self._lacking
         cdef LocalRecord rec
@@ -3243,12 +3460,12 @@ cdef class EoCore:
             lim = below if below > 0 else 0  # (an epoch is >= 0: below 1, none passed)
         while i < n:
             rec = <LocalRecord>held[i]
-            if locals_.get(rec.out_tag) is not rec or not rec.settled:
+            if rec._held_by != self._uid or not rec.settled:
                 pass  # (dropped another way: not a record of `_locals` now)
             elif limited and rec.settled_epoch >= lim:
                 break
             elif self._drop_on_settle or rec.c_all_seen():
-                del locals_[rec.out_tag]  # (as _c_maybe_drop_local drops a settled record)
+                self._c_local_del(rec)  # (as _c_maybe_drop_local drops a settled record)
             else:
                 if kept is None:
                     kept = []

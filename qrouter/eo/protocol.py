@@ -268,7 +268,8 @@ class TopicRouter(EoCore):
         for out_tag, accepted in amap.items():
             rec = self._locals.get(out_tag)
             if rec is None:
-                rec = self._locals[out_tag] = LocalRecord(out_tag)  # a placeholder
+                rec = LocalRecord(out_tag)  # a placeholder
+                self._put_local(out_tag, rec)  # (marked held: EoCore._c_local)
             if rec.settled:
                 rec.set_sub(att, LocalState.SETTLING)
                 self._emit("settle_subscriber", att, out_tag)
@@ -407,6 +408,7 @@ class TopicRouter(EoCore):
                     if now - since > self.terminus_timeout:
                         del self._closed_since[sub]  # long closed: _long_closed without it
             self._drop_settled_locals()  # (the settled ones only, not every record)
+        self._trim_rings()  # (records gone from `_locals` not kept alive by a hint)
         for sub in self._view.expired(now, self.terminus_timeout):
             self._log("info", f"subscriber {sub} did not re-attach in time: discarded")
             self._view.forget(sub)

@@ -98,7 +98,7 @@ def test_settled_index_forgets_a_record_dropped_another_way(
         if not seen and tr is not None and _live_index(tr):
             held = _live_index(tr)
             for rec in held:
-                del tr._locals[rec.out_tag]
+                tr._drop_local(rec)
             assert not tr._any_settled_local()
             assert tr._settled_index() == []  # (let go of as it was read)
             tr._drop_settled_locals()
