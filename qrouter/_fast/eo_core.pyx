@@ -2336,6 +2336,9 @@ cdef class EoCore:
             # (and none without a body: the pump drops such a head, leaving it QUEUED)
             if rec.body is not None:
                 rec._st[rec.c_pos(first)] = L_DELIVERED  # (added QUEUED above)
+                if first_ls._dring is None:  # (as the pump: the accept finds it there)
+                    first_ls._dring = _RecRing(DRING_MOST)
+                first_ls._dring.c_push(rec)
                 self._out.push(OUT_DELIVER, None, first, out_tag, rec.body,
                                out_tag in first_ls.attach_map)
         elif first_ls is not None:
