@@ -127,3 +127,36 @@ def test_records_dropped_from_locals_are_let_go_by_the_rings_at_the_tick() -> No
     assert not b._locals  # (dropped: nobody here wants them)
     b.tick(1.0)
     assert b._ring_records() in ([], [[]]), "the rings kept records _locals let go"
+
+
+def test_a_record_delivered_at_once_is_in_its_subscribers_ring() -> None:
+    """A FWD for one subscriber with nothing queued is delivered without the subscriber's queue
+    (`_c_on_fwd`); its record must still go into the subscriber's ring of delivered records,
+    or every accept of B's and C's common case would fall back to probing `_locals`."""
+    from collections import deque
+
+    from qrouter.eo import TopicRouter
+    from tools.bench.eo_state import PUB, _Port
+
+    wire: deque[tuple[str, str, Any]] = deque()
+    routers = {r: TopicRouter(r, _Port(wire, r), instance=1, topic="t") for r in "AB"}
+
+    def pump() -> None:
+        while wire:
+            src, dst, msg = wire.popleft()
+            routers[dst].receive(src, msg, 0.0)
+
+    routers["A"].router_up("B", 0.0)
+    routers["B"].router_up("A", 0.0)
+    pump()
+    routers["B"].subscriber_attached(("sub", "link"), [], 0.0, resumable=False)
+    pump()
+    routers["A"].publisher_attached(PUB, [], 0.0)
+    for i in range(50):
+        routers["A"].publisher_transfer(PUB, i.to_bytes(4, "big"), b"x" * 100, 0.0)
+        pump()  # (one at a time: the subscriber's queue is empty at every FWD)
+    b = routers["B"]
+    fring, *drings = b._ring_records()
+    assert len(b._locals) == 50 and len(fring) == 50
+    assert len(drings) == 1, "the subscriber has no ring of delivered records"
+    assert {id(r) for r in drings[0]} == {id(r) for r in b._locals.values()}
