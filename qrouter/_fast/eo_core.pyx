@@ -28,7 +28,7 @@ from cpython.bytes cimport (
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF, PyObject
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport UINT32_MAX, uint32_t, uint64_t
 from cpython.dict cimport PyDict_GetItem, PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -3534,7 +3534,7 @@ cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
         if nv:
             memcpy(p + 7 + nk, PyBytes_AS_STRING(value), nv)
         if _lgen and _is_guarantee_key(key):
-            if _lputs == 0xffffffff:
+            if _lputs == UINT32_MAX:  # (a C constant: the literal made an int each put)
                 _lgen = 0  # (not in a 16 MiB log: numbers off until the next checkpoint)
             else:
                 _lputs += 1
