@@ -29,7 +29,7 @@ from cpython.bytes cimport (
 from cpython.set cimport PySet_Add, PySet_Discard
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF, PyObject
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport UINT32_MAX, uint32_t, uint64_t
 from cpython.dict cimport PyDict_GetItem, PyDict_SetDefault
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -462,6 +462,12 @@ cdef class OriginRecord:
     # one: its patches and deletes name the record by that number, not by its key
     cdef uint32_t _lo_ref, _lm_ref
     cdef uint64_t _lo_gen, _lm_gen
+    # the checkpoint interval (`LogRefs.interval`; 0: none) in which `_lokey`, `_lmkey` was
+    # put while the store could not hold it (the records as of the last checkpoint lack
+    # it): its delete in that interval only drops it from the net changes. What the
+    # router's `jborn` set says of other keys, kept here so that a record made and deleted
+    # between two checkpoints touches no set of the interval's keys
+    cdef uint64_t _lo_new, _lm_new
     # the value of `_lokey` the log holds (its put whole this generation, patched since:
     # the router's net changes hold this very object) and what it was encoded from: the
     # layout, publisher and tag objects. While they all still hold, the next state change
@@ -3714,6 +3720,14 @@ cdef Py_ssize_t _lcap = 0
 cdef uint32_t _lputs = 0
 cdef uint64_t _lgen = 0
 cdef uint64_t _lgen_last = 0  # the last generation given, across routers
+# while `log_records` runs with a `LogRefs`: its checkpoint interval (an origin record's
+# `_lo_new`, `_lm_new`; 0: off, the `born` set alone) and its filter of `gone` (NULL: off)
+cdef uint64_t _lint = 0
+cdef uint64_t _lint_last = 0  # the last interval given, across routers
+cdef uint64_t* _lgbits = NULL
+# the filter's size in bits (a power of two): 32 KiB, some thousands of keys deleted in an
+# interval that the records held at its start, with few false hits
+DEF _GONE_BITS = 1 << 18
 
 
 cdef class LogRefs:
@@ -3735,12 +3749,23 @@ cdef class LogRefs:
     cdef uint64_t gen
     cdef uint32_t nput  # the number of the next put
     cdef bint fresh  # `begin`: the log holds no put of a guaranteed topic's key
+    # the checkpoint interval `journal` belongs to (unique across routers), and a filter of
+    # the guaranteed topics' keys its `gone` set may hold: a bit per key hash, set for
+    # every key in `gone` when the interval was first seen and for each key `_log_del`
+    # adds since (only `log_records` deletes these keys: the durable links' are b"u/"),
+    # so that a put of a new record's key, whose bit is clear, skips the set's probe
+    cdef uint64_t interval
+    cdef uint64_t* gone_bits
 
     def __init__(self):
         self.journal = None
         self.gen = 0
         self.nput = 0
         self.fresh = False
+        self.interval = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.gone_bits)
 
     def begin(self):
         """The router's log holds no put of a guaranteed topic's key now (its previous
@@ -3810,29 +3835,54 @@ cdef Py_ssize_t _lentry(Py_ssize_t n, int op, bytes key, bytes value) except -1:
         if nv:
             memcpy(p + 7 + nk, PyBytes_AS_STRING(value), nv)
         if _lgen and _is_guarantee_key(key):
-            if _lputs == 0xffffffff:
+            if _lputs == UINT32_MAX:  # (a C constant: the literal made an int each put)
                 _lgen = 0  # (not in a 16 MiB log: numbers off until the next checkpoint)
             else:
                 _lputs += 1
     return need
 
 
+cdef inline uint64_t* _gone_bit(bytes key, uint64_t* bit) except NULL:
+    """The word of `_lgbits` that holds `key`'s bit (its mask in `bit`)."""
+    cdef size_t h = <size_t>hash(key)  # (a bytes object's hash is kept: the dict reuses it)
+    bit[0] = (<uint64_t>1) << (h & 63)
+    return _lgbits + ((h >> 6) & (_GONE_BITS // 64 - 1))
+
+
+cdef inline bint _maybe_gone(set gone, bytes key) except -1:
+    """`gone` may hold `key` (the filter, LogRefs, when on and `key` a guaranteed topic's)."""
+    cdef uint64_t bit
+    if not gone:
+        return False
+    if _lgbits == NULL or not _is_guarantee_key(key):
+        return True
+    return (_gone_bit(key, &bit)[0] & bit) != 0
+
+
 cdef Py_ssize_t _log_put(Py_ssize_t n, bytes key, bytes value, dict journal, set gone,
-                         set born, bint new) except -1:
+                         set born, bint new, uint64_t* made=NULL) except -1:
+    """A put. `new`: the records as of the last checkpoint lack `key` (so its delete in
+    this interval only drops it), said in `made[0]` (an origin record's `_lo_new`,
+    `_lm_new`) while intervals are on, else in `born`."""
     n = _lentry(n, _LOG_PUT, key, value)
     journal[key] = value
-    if gone and PySet_Discard(gone, key):
+    if _maybe_gone(gone, key) and PySet_Discard(gone, key):
         pass  # deleted earlier in the interval: the records may hold the old one
     elif new:
-        PySet_Add(born, key)
+        if made != NULL and _lint:
+            made[0] = _lint
+        else:
+            PySet_Add(born, key)
     return n
 
 
 cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set born,
-                         uint64_t gen=0, uint32_t ref=0) except -1:
+                         uint64_t gen=0, uint32_t ref=0, uint64_t made=0) except -1:
     """A delete; by the record's number `ref` (`_LOG_DEL_REF`) when `gen` is the current
-    generation (a put of `key` is in the log: see LogRefs)."""
+    generation (a put of `key` is in the log: see LogRefs). `made`: the interval in which
+    the record put `key` new (`_log_put`), if any."""
     cdef unsigned char* p
+    cdef uint64_t bit
     if gen and gen == _lgen:
         p = _lreserve(n, n + 5)
         p[0] = _LOG_DEL_REF
@@ -3842,13 +3892,18 @@ cdef Py_ssize_t _log_del(Py_ssize_t n, bytes key, dict journal, set gone, set bo
         n = _lentry(n, _LOG_DEL, key, None)
     if journal:
         journal.pop(key, None)
-    if not (born and PySet_Discard(born, key)):  # (made in the interval: the records lack it)
+    if made and made == _lint:
+        return n  # made in the interval: the records lack it
+    if not (born and PySet_Discard(born, key)):  # (the same, said by the set)
+        if _lgbits != NULL:
+            _gone_bit(key, &bit)[0] |= bit  # (first: the filter never misses a key of `gone`)
         PySet_Add(gone, key)
     return n
 
 
 cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, set gone,
-                           set born, bint new, uint64_t gen=0, uint32_t ref=0) except -1:
+                           set born, bint new, uint64_t gen=0, uint32_t ref=0,
+                           uint64_t* made=NULL) except -1:
     """An origin record's state put (or a topic's mark): as a patch of the bytes that
     changed (`_LOG_PATCH`, or `_LOG_PATCH_REF` naming the record by its number `ref` when
     `gen` is the current generation; nothing if no byte changed) when this checkpoint
@@ -3867,7 +3922,7 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
     cdef const unsigned char* b
     cdef unsigned char* p
     if old is None or type(old) is not bytes or PyBytes_GET_SIZE(<bytes>old) != nv:
-        return _log_put(n, key, value, journal, gone, born, new)
+        return _log_put(n, key, value, journal, gone, born, new, made)
     a = <const unsigned char*>PyBytes_AS_STRING(<bytes>old)
     b = <const unsigned char*>PyBytes_AS_STRING(value)
     while i < nv:  # eight bytes at a time; those that differ byte by byte
@@ -3883,7 +3938,7 @@ cdef Py_ssize_t _log_state(Py_ssize_t n, bytes key, bytes value, dict journal, s
         for j in range(i, end):
             if a[j] != b[j]:
                 if count == _PATCH_MAX:
-                    return _log_put(n, key, value, journal, gone, born, new)
+                    return _log_put(n, key, value, journal, gone, born, new, made)
                 at[count] = j
                 count += 1
         i = end
@@ -4007,7 +4062,7 @@ cdef Py_ssize_t _log_origin(Py_ssize_t n, OriginRecord rec, dict journal, set go
     value = rec._c_encode_state()
     before = _lputs
     need = _log_state(n, rec._lokey, value, journal, gone, born, new, rec._lo_gen,
-                      rec._lo_ref)
+                      rec._lo_ref, &rec._lo_new)
     if _lputs != before:  # put whole: its number
         rec._lo_ref = before
         rec._lo_gen = _lgen
@@ -4038,6 +4093,7 @@ cdef inline int _log_keys(OriginRecord rec, bytes prefix) except -1:
         rec._lmkey = _log_key(prefix, 0x6d, rec.out_tag)  # b"m/"
         rec._lprefix = prefix
         rec._lo_gen = rec._lm_gen = 0  # (numbers of other keys)
+        rec._lo_new = rec._lm_new = 0
     return 0
 
 
@@ -4050,8 +4106,10 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
     delete only drops them). An origin record saved with its body for the first time is
     made (unless the store may hold it: `_known`). Then `committed`. None if nothing.
     `refs`: the router's numbers for its log (see LogRefs; None: every entry names its
-    key); the blob must then be appended to that log, or dropped by a checkpoint."""
-    global _lputs, _lgen, _lgen_last
+    key); the blob must then be appended to that log, or dropped by a checkpoint. With
+    `refs`, an origin record's keys made new say so in the record (`_lo_new`, `_lm_new`),
+    not in `born`: only `refs` sees when a checkpoint begins a new interval."""
+    global _lputs, _lgen, _lgen_last, _lint, _lint_last, _lgbits
     cdef EoCore core
     cdef OriginRecord rec
     cdef bytes prefix, mkp, key
@@ -4059,8 +4117,16 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
     cdef dict bodies, dirty
     cdef set known
     cdef uint32_t before
+    cdef uint64_t bit
     _lgen = 0
+    _lint = 0
+    _lgbits = NULL
     if refs is not None:
+        if refs.gone_bits == NULL:
+            refs.gone_bits = <uint64_t*>PyMem_Malloc(_GONE_BITS // 8)
+            if refs.gone_bits == NULL:
+                raise MemoryError()
+            refs.interval = 0  # (a new filter: begins with the next interval)
         if refs.journal is not journal:
             if refs.journal is None and not refs.fresh:
                 # the router's log seen for the first time: it may hold puts counted by no
@@ -4072,8 +4138,18 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
             refs.fresh = False
             refs.journal = journal
             refs.nput = 0
+            refs.interval = 0
+        if refs.interval == 0:  # (a checkpoint interval first seen: `gone` as it is now)
+            memset(refs.gone_bits, 0, _GONE_BITS // 8)
+            _lgbits = refs.gone_bits
+            for key in gone:
+                _gone_bit(key, &bit)[0] |= bit
+            _lint_last += 1
+            refs.interval = _lint_last
         _lgen = refs.gen
         _lputs = refs.nput
+        _lint = refs.interval
+        _lgbits = refs.gone_bits
         # numbers off until the next checkpoint should this fail half-way (the entries
         # made are lost, not the numbers they took)
         refs.gen = 0
@@ -4094,10 +4170,13 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
         for r in core._gone.values():
             rec = <OriginRecord>r
             _log_keys(rec, prefix)
-            n = _log_del(n, rec._lokey, journal, gone, born, rec._lo_gen, rec._lo_ref)
-            n = _log_del(n, rec._lmkey, journal, gone, born, rec._lm_gen, rec._lm_ref)
+            n = _log_del(n, rec._lokey, journal, gone, born, rec._lo_gen, rec._lo_ref,
+                         rec._lo_new)
+            n = _log_del(n, rec._lmkey, journal, gone, born, rec._lm_gen, rec._lm_ref,
+                         rec._lm_new)
             rec._lokey = rec._lmkey = rec._lprefix = None  # (gone: not logged again)
             rec._lo_gen = rec._lm_gen = 0
+            rec._lo_new = rec._lm_new = 0
             rec._lval = None
         bodies = core._bodies
         known = core._known
@@ -4114,7 +4193,7 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
                 rec = <OriginRecord>r
                 before = _lputs
                 n = _log_put(n, rec._lmkey, body, journal, gone, born,
-                             not (known and tag in known))
+                             not (known and tag in known), &rec._lm_new)
                 if _lputs != before:
                     rec._lm_ref = before
                     rec._lm_gen = _lgen
@@ -4128,6 +4207,8 @@ def log_records(list cores, dict loose, dict journal, set gone, set born,
         refs.gen = _lgen
         refs.nput = _lputs
     _lgen = 0
+    _lint = 0
+    _lgbits = NULL
     committed(cores)
     if not n:
         return None

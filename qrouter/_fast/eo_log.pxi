@@ -11,9 +11,10 @@
 # and empties the log. One log and one checkpoint for both writers: the checkpoint empties
 # the log, so everything the log held must be in the net changes it commits, whoever wrote it.
 #
-# A record made and deleted within one checkpoint interval (almost every message's) is in
-# `Router.jborn` while it lives, so its delete only drops it from the net changes: it never
-# reaches the B-tree (LMDB) or levels (LevelDB).
+# A record made and deleted within one checkpoint interval (almost every message's) says so
+# while it lives (an origin record in its own fields, `OriginRecord._lo_new`, other keys in
+# `Router.jborn`), so its delete only drops it from the net changes: it never reaches the
+# B-tree (LMDB) or levels (LevelDB).
 
 
 def log_entries(Router r, bytes blob not None):

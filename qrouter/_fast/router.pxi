@@ -33,7 +33,8 @@ cdef class Router:
     cdef public dict journal          # store key -> value to put
     cdef public set journal_del       # store keys to delete
     # guaranteed topics' keys put since the last checkpoint that the store cannot hold (made
-    # in the interval, eo_log.pxi): deleted before the checkpoint, they leave no trace in it
+    # in the interval, eo_log.pxi; an origin record's keys say so in the record instead):
+    # deleted before the checkpoint, they leave no trace in it
     cdef public set jborn
     # the checkpoint interval's number: a delivery whose record was made in it has the same
     # (Delivery.jgen), and the store's records do not hold it yet

@@ -160,6 +160,41 @@ def test_records_made_and_deleted_between_checkpoints_never_reach_the_records() 
     assert c.checkpoints[-1] == ({MARK: b""}, {PREFIX + b"o/A", PREFIX + b"m/A"})
 
 
+def test_a_key_deleted_and_put_again_in_an_interval_is_not_deleted_at_its_checkpoint() -> None:
+    """A record the store holds, deleted, then made again (the same out tag, a later
+    commit) in one checkpoint interval: the put takes its keys out of the deletes, whether
+    the delete was logged in this interval or was there before the log's numbers first saw
+    the net changes, and the record made in the interval and deleted in it leaves none."""
+    g, engine, c = _guarantees()
+    t = g.topic("t")
+    assert t is not None
+    # a delete of X (the store holds it) in the net changes before the topics' first commit
+    engine.journal_del.update({PREFIX + b"o/X", PREFIX + b"m/X"})
+    x = _rec(b"X")
+    t._save_origin(x, True)
+    _commit(g, t)
+    engine.checkpoint()
+    assert c.checkpoints == [
+        ({PREFIX + b"o/X": x.encode_state(), PREFIX + b"m/X": b"body", MARK: b""}, set())
+    ]
+    # alive at the checkpoint: the store holds it. Deleted, then made again, then a record
+    # made and deleted in the interval
+    t._delete_origin(x)
+    _commit(g, t)
+    again, brief = _rec(b"X", body=b"again"), _rec(b"B")
+    t._save_origin(again, True)
+    t._save_origin(brief, True)
+    _commit(g, t)
+    t._delete_origin(brief)
+    _commit(g, t)
+    engine.checkpoint()
+    assert c.checkpoints[-1] == (
+        {PREFIX + b"o/X": again.encode_state(), PREFIX + b"m/X": b"again", MARK: b""},
+        set(),
+    )
+    assert not engine.jborn
+
+
 def _subs(*states: int) -> dict[tuple[str, str], int]:
     return {(f"subscriber-{i}", f"link-{i}"): st for i, st in enumerate(states)}
 
