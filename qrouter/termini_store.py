@@ -54,6 +54,9 @@ class StorePersistence:
         self._recovered = (
             False  # the record log of a previous run folded (qrouter/stores/termini.py)
         )
+        # the keys a checkpoint wrote to the records before emptying the log failed: the
+        # engine keeps its net changes for the retry and cannot know the records hold them
+        self._half: set[bytes] = set()
         # a failed commit: said once, counted, retried (qrouter/store_health.py)
         self.health = StoreHealth()
         self.health.probe = self._probe
@@ -134,12 +137,31 @@ class StorePersistence:
             if blob is not None:
                 self.store.log_append(blob)
             else:
-                self.store.commit_writes(puts or {}, deletes)
-                self.store.log_clear()
+                self._checkpoint(puts or {}, deletes)
         except Exception as exc:
             self.health.failed(exc)
             raise
         self._committed()
+
+    def _checkpoint(self, puts: dict[bytes, bytes], deletes: set[bytes] | None) -> None:
+        """The net changes to the records, then the log emptied; a retry after the records
+        took a checkpoint whose log was not emptied (a failed ftruncate) deletes what that
+        one wrote and the net changes no longer hold.
+
+        The engine keeps its net changes for the retry as if nothing had been written, so a
+        key made after the last good checkpoint and deleted before the retry is only dropped
+        from them (the records lacked it then): without the delete here the records would
+        keep it, and a restart bring back a record long settled."""
+        if self._half:
+            stale = self._half.difference(puts)  # (deleted since: a delete the store may lack)
+            deletes = (set(deletes) | stale) if deletes else stale
+        self.store.commit_writes(puts, deletes)
+        try:
+            self.store.log_clear()
+        except Exception:
+            self._half.update(puts)
+            raise
+        self._half.clear()
 
     def mark_alive(self, now: float | None = None) -> None:
         """Note the time (housekeeping, once a second). A failure is counted and left to the
