@@ -1189,9 +1189,12 @@ cdef class _RecRing:
     cdef LocalRecord c_take(self, out_tag, unsigned long long uid):
         """The record of `out_tag` among the first RING_LOOK (taken out of the ring) if
         `_locals` holds it (marked with `uid`, the core's), else None. The heads no longer
-        held are let go first."""
+        held are let go first. One taken behind the head closes its gap: those before it
+        move up a slot (fewer than RING_LOOK), so a record held at the head (a delivery left
+        unaccepted, a SETTLE held up) leaves the look-ups behind it their RING_LOOK records,
+        where gaps counted among them made every look-up from the RING_LOOK-th on miss."""
         cdef list ring = self.ring
-        cdef size_t i, end, mask
+        cdef size_t i, j, end, mask
         cdef PyObject *p
         cdef LocalRecord rec
         if ring is None:
@@ -1207,9 +1210,12 @@ cdef class _RecRing:
                 continue
             rec = <LocalRecord>p
             if rec._held_by == uid and (rec.out_tag is out_tag or rec.out_tag == out_tag):
-                ring[i & mask] = None
-                if i == self.head:
-                    self.head += 1
+                j = i
+                while j != self.head:  # (the ones before it, in order)
+                    ring[j & mask] = <object>PyList_GET_ITEM(ring, (j - 1) & mask)
+                    j -= 1
+                ring[j & mask] = None
+                self.head += 1
                 return rec
         return None
 
