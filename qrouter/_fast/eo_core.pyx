@@ -1821,19 +1821,16 @@ cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
 cdef inline void _recent_put(list recs, uint64_t *keys, Py_ssize_t n, OriginRecord rec,
                              uint64_t key) noexcept:
     """`rec` (of `key`) into EoCore._recent: a pair of slots per key (its low bits, the last
-    one clear), the newest in the first. An empty slot of the pair is taken; else the older
-    record goes (the dict still has it). One slot per key lost a record in flight to any
-    later one of its slot, at the table's load (a half to a quarter) some 20-40% of the
-    peers' look-ups, which then hash a fresh tag and probe the dict; two lose it only to two
-    later ones while neither has gone."""
+    one clear), the newest in the first: the first slot's record, if any, moves to the
+    second, whose record (older, or none) goes (the dict still has it). One slot per key lost
+    a record in flight to any later one of its slot, at the table's load (a half to a
+    quarter) some 20-40% of the peers' look-ups, which then hash a fresh tag and probe the
+    dict; two lose it only to two later ones while neither has gone. (Putting it into an
+    empty second slot instead would leave the newer record second, the next one's to evict.)"""
     cdef Py_ssize_t i = <Py_ssize_t>(key & <uint64_t>(n - 2))
     if PyList_GET_ITEM(recs, i) != <PyObject *>None:
-        if PyList_GET_ITEM(recs, i + 1) == <PyObject *>None:
-            i += 1
-        else:
-            # (the first slot's record, newer than the second's, moves to the second)
-            recs[i + 1] = <object>PyList_GET_ITEM(recs, i)
-            keys[i + 1] = keys[i]
+        recs[i + 1] = <object>PyList_GET_ITEM(recs, i)
+        keys[i + 1] = keys[i]
     recs[i] = rec
     keys[i] = key
 
@@ -2528,8 +2525,8 @@ cdef class EoCore:
         memset(keys, 0, n * sizeof(uint64_t))
         recs = [None] * n
         for j in range(old):
-            # (a pair's older record first: the newer one stays the first of its new pair,
-            # which holds none but those two)
+            # (a pair's older record first, the newer one put after it: the newer first in
+            # its new pair, as before; a new pair takes the records of one old pair alone)
             rec = self._recent[j ^ 1]
             if rec is not None:
                 _recent_put(recs, keys, n, <OriginRecord>rec, self._recent_keys[j ^ 1])
