@@ -1235,22 +1235,28 @@ cdef class _RecRing:
     cdef int c_trim(self, unsigned long long uid, size_t keep) except -1:
         """(The tick.) The heads no longer held let go; then, if it holds more than `keep`
         entries, only its records `_locals` holds kept, in order: records dropped behind
-        a held one (and their bodies) are not kept alive past a tick."""
-        cdef size_t i, j = 0, mask = self.size - 1
+        a held one (and their bodies) are not kept alive past a tick. Its slots go back to
+        twice the entries left (RING_FIRST at least): a burst's, up to `most`, are not kept
+        for the life of the attachment or topic."""
+        cdef size_t i, j = 0, n, mask = self.size - 1
         cdef PyObject *p
         cdef list ring
         if self.ring is None:
             return 0
         self.c_let_go_heads(uid)
-        if self.tail - self.head <= keep:
+        n = RING_FIRST
+        while n < 2 * (self.tail - self.head) and n < self.most:
+            n *= 2
+        if self.tail - self.head <= keep and n >= self.size:
             return 0
-        ring = [None] * self.size
+        ring = [None] * n  # (what it keeps fits: at most tail - head, at most `most`)
         for i in range(self.head, self.tail):
             p = PyList_GET_ITEM(self.ring, i & mask)
             if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
                 ring[j] = <object>p
                 j += 1
         self.ring = ring
+        self.size = n
         self.head = 0
         self.tail = j
         return 0

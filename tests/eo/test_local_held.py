@@ -217,3 +217,29 @@ def test_a_record_held_at_the_head_leaves_the_later_accepts_their_ring() -> None
     # (an accept found in the ring takes its record out of it; one that missed left it there)
     assert dring == [first], f"{len(dring) - 1} accepts missed the ring"
 
+
+def test_a_rings_slots_shrink_at_the_tick_after_a_burst() -> None:
+    """5000 deliveries in flight grow the rings of local records (a subscriber's to its most,
+    4096 slots; the core's to 8192); once they are accepted and settled, the tick gives both
+    back their first size rather than keeping the burst's for the life of the attachment."""
+    from qrouter.eo import outgoing_tag
+    from tools.bench.eo_state import PUB
+
+    routers, att, pump = _pair()
+    a, b = routers["A"], routers["B"]
+    tags = [i.to_bytes(4, "big") for i in range(5000)]
+    for tag in tags:
+        a.publisher_transfer(PUB, tag, b"x", 0.0)
+    pump()
+    ls = b._subs[att]
+    assert max(map(len, _rings_of(ls))) == 4096 and max(map(len, _rings_of(b))) == 8192
+    for tag in tags:
+        b.subscriber_accepted(att, outgoing_tag(*PUB, tag), 0.0)
+    pump()
+    for tag in tags:
+        a.publisher_settled(PUB, tag, 0.0)
+    pump()
+    b.tick(1.0)
+    pump()
+    assert [len(x) for x in _rings_of(ls)] == [64] and [len(x) for x in _rings_of(b)] == [64]
+
