@@ -1310,6 +1310,12 @@ cdef class LocalSub:
         self.resumable = resumable
         self.stamp = stamp
 
+    def detached(self):
+        """It has left the core's `_subs` (TopicRouter.subscriber_detached): its ring of
+        delivered records let go, which the tick's trim (of `_subs`' rings) no longer reaches
+        while a hint (EoCore._ls_hint) keeps it alive."""
+        self._dring = None
+
 
 # -- message fields (messages.py's att_of / sub_of / att_wire / sub_list use these) -----------
 

@@ -243,3 +243,20 @@ def test_a_rings_slots_shrink_at_the_tick_after_a_burst() -> None:
     pump()
     assert [len(x) for x in _rings_of(ls)] == [64] and [len(x) for x in _rings_of(b)] == [64]
 
+
+def test_a_detached_subscribers_ring_lets_go_of_its_records() -> None:
+    """A subscriber detaches with deliveries in flight: its LocalSub (which the core's hints
+    may keep alive until the next look-up) no longer holds them through its ring."""
+    from tools.bench.eo_state import PUB
+
+    routers, att, pump = _pair()
+    b = routers["B"]
+    for i in range(20):
+        routers["A"].publisher_transfer(PUB, i.to_bytes(4, "big"), b"x" * 100, 0.0)
+    pump()
+    ls = b._subs[att]
+    records = {id(r) for r in b.local_records().values()}
+    assert len(records) == 20 and {id(x) for x in _rings_of(ls)[0]} >= records
+    b.subscriber_detached(att, True, 0.0)
+    pump()
+    assert not any(id(x) in records for ring in _rings_of(ls) for x in ring)
