@@ -21,8 +21,11 @@ cdef inline double monotonic() noexcept:
 
 # A socket read being parsed (Connection.consume; nested reads counted), and a number new to
 # each read: the guaranteed topics' clock (EoLinks.c_now) is read once per read rather than
-# once per transfer or outcome in it. A read's frames are handled in one go within one
-# iteration of the loop, whose own time() stays the same for the whole iteration anyway.
+# once per transfer or outcome in it, so every input of a read is stamped with the time of
+# its first input that asked. That time lags the true one by at most the read's processing
+# (uvloop's time() is read afresh at each call, eo_links.pxi's _uv_clock_of): the
+# idempotent-publishing dedup window and the terminus timers an input starts can end that
+# much earlier, no more (and an expiry judged at such an input is judged that much later).
 cdef Py_ssize_t _reading = 0
 cdef unsigned long long _read_serial = 0
 

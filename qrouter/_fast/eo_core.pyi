@@ -126,6 +126,7 @@ class LocalSub:
         resumable: bool = True,
         stamp: int = 0,
     ) -> None: ...
+    def detached(self) -> None: ...
 
 class EoCore:
     router_id: str

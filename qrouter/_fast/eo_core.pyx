@@ -1189,9 +1189,12 @@ cdef class _RecRing:
     cdef LocalRecord c_take(self, out_tag, unsigned long long uid):
         """The record of `out_tag` among the first RING_LOOK (taken out of the ring) if
         `_locals` holds it (marked with `uid`, the core's), else None. The heads no longer
-        held are let go first."""
+        held are let go first. One taken behind the head closes its gap: those before it
+        move up a slot (fewer than RING_LOOK), so a record held at the head (a delivery left
+        unaccepted, a SETTLE held up) leaves the look-ups behind it their RING_LOOK records,
+        where gaps counted among them made every look-up from the RING_LOOK-th on miss."""
         cdef list ring = self.ring
-        cdef size_t i, end, mask
+        cdef size_t i, j, end, mask
         cdef PyObject *p
         cdef LocalRecord rec
         if ring is None:
@@ -1207,9 +1210,12 @@ cdef class _RecRing:
                 continue
             rec = <LocalRecord>p
             if rec._held_by == uid and (rec.out_tag is out_tag or rec.out_tag == out_tag):
-                ring[i & mask] = None
-                if i == self.head:
-                    self.head += 1
+                j = i
+                while j != self.head:  # (the ones before it, in order)
+                    ring[j & mask] = <object>PyList_GET_ITEM(ring, (j - 1) & mask)
+                    j -= 1
+                ring[j & mask] = None
+                self.head += 1
                 return rec
         return None
 
@@ -1229,22 +1235,28 @@ cdef class _RecRing:
     cdef int c_trim(self, unsigned long long uid, size_t keep) except -1:
         """(The tick.) The heads no longer held let go; then, if it holds more than `keep`
         entries, only its records `_locals` holds kept, in order: records dropped behind
-        a held one (and their bodies) are not kept alive past a tick."""
-        cdef size_t i, j = 0, mask = self.size - 1
+        a held one (and their bodies) are not kept alive past a tick. Its slots go back to
+        twice the entries left (RING_FIRST at least): a burst's, up to `most`, are not kept
+        for the life of the attachment or topic."""
+        cdef size_t i, j = 0, n, mask = self.size - 1
         cdef PyObject *p
         cdef list ring
         if self.ring is None:
             return 0
         self.c_let_go_heads(uid)
-        if self.tail - self.head <= keep:
+        n = RING_FIRST
+        while n < 2 * (self.tail - self.head) and n < self.most:
+            n *= 2
+        if self.tail - self.head <= keep and n >= self.size:
             return 0
-        ring = [None] * self.size
+        ring = [None] * n  # (what it keeps fits: at most tail - head, at most `most`)
         for i in range(self.head, self.tail):
             p = PyList_GET_ITEM(self.ring, i & mask)
             if p != <PyObject *>None and (<LocalRecord>p)._held_by == uid:
                 ring[j] = <object>p
                 j += 1
         self.ring = ring
+        self.size = n
         self.head = 0
         self.tail = j
         return 0
@@ -1297,6 +1309,12 @@ cdef class LocalSub:
         self.queue = queue
         self.resumable = resumable
         self.stamp = stamp
+
+    def detached(self):
+        """It has left the core's `_subs` (TopicRouter.subscriber_detached): its ring of
+        delivered records let go, which the tick's trim (of `_subs`' rings) no longer reaches
+        while a hint (EoCore._ls_hint) keeps it alive."""
+        self._dring = None
 
 
 # -- message fields (messages.py's att_of / sub_of / att_wire / sub_list use these) -----------
@@ -1815,19 +1833,16 @@ cdef inline bint _recent_key(bytes out_tag, uint64_t *key) noexcept:
 cdef inline void _recent_put(list recs, uint64_t *keys, Py_ssize_t n, OriginRecord rec,
                              uint64_t key) noexcept:
     """`rec` (of `key`) into EoCore._recent: a pair of slots per key (its low bits, the last
-    one clear), the newest in the first. An empty slot of the pair is taken; else the older
-    record goes (the dict still has it). One slot per key lost a record in flight to any
-    later one of its slot, at the table's load (a half to a quarter) some 20-40% of the
-    peers' look-ups, which then hash a fresh tag and probe the dict; two lose it only to two
-    later ones while neither has gone."""
+    one clear), the newest in the first: the first slot's record, if any, moves to the
+    second, whose record (older, or none) goes (the dict still has it). One slot per key lost
+    a record in flight to any later one of its slot, at the table's load (a half to a
+    quarter) some 20-40% of the peers' look-ups, which then hash a fresh tag and probe the
+    dict; two lose it only to two later ones while neither has gone. (Putting it into an
+    empty second slot instead would leave the newer record second, the next one's to evict.)"""
     cdef Py_ssize_t i = <Py_ssize_t>(key & <uint64_t>(n - 2))
     if PyList_GET_ITEM(recs, i) != <PyObject *>None:
-        if PyList_GET_ITEM(recs, i + 1) == <PyObject *>None:
-            i += 1
-        else:
-            # (the first slot's record, newer than the second's, moves to the second)
-            recs[i + 1] = <object>PyList_GET_ITEM(recs, i)
-            keys[i + 1] = keys[i]
+        recs[i + 1] = <object>PyList_GET_ITEM(recs, i)
+        keys[i + 1] = keys[i]
     recs[i] = rec
     keys[i] = key
 
@@ -2522,8 +2537,8 @@ cdef class EoCore:
         memset(keys, 0, n * sizeof(uint64_t))
         recs = [None] * n
         for j in range(old):
-            # (a pair's older record first: the newer one stays the first of its new pair,
-            # which holds none but those two)
+            # (a pair's older record first, the newer one put after it: the newer first in
+            # its new pair, as before; a new pair takes the records of one old pair alone)
             rec = self._recent[j ^ 1]
             if rec is not None:
                 _recent_put(recs, keys, n, <OriginRecord>rec, self._recent_keys[j ^ 1])

@@ -301,6 +301,7 @@ class TopicRouter(EoCore):
         self._now = now
         ls = self._subs.pop(att, None)
         if ls is not None:
+            ls.detached()
             self._detach_locals(att)  # (every local record: in the engine)
             msg = make(
                 "UNSUB",

@@ -278,3 +278,29 @@ def test_the_table_of_recent_records_grows_with_the_records_in_flight_and_holds_
         b.subscriber_accepted(b2, outgoing_tag(*P, tag), 0.0)
     net.pump()
     assert sorted(x[2] for x in net.take("accept")) == sorted(tags)
+
+
+def test_the_table_of_recent_records_keeps_the_newer_two_of_a_pair() -> None:
+    """Three records whose tags share a pair of slots in EoCore._recent (256 slots: the low
+    bits of the tag's first 8 bytes, the last one clear): the table keeps the newest two, the
+    records whose ACCEPTs are still to come, not the first (a second put into the pair's
+    empty second slot made the third overwrite it)."""
+    import sys
+
+    def pair(tag: bytes) -> int:
+        return int.from_bytes(outgoing_tag(*P, tag)[:8], sys.byteorder) & 254
+
+    net = Net("AB")
+    a, b = net.r["A"], net.r["B"]
+    b.subscriber_attached(S2, [], 0.0)
+    net.pump()
+    a.publisher_attached(P, [], 0.0)
+    candidates = [b"p%d" % i for i in range(2000)]
+    first = pair(candidates[0])
+    tags = [t for t in candidates if pair(t) == first][:3]
+    assert len(tags) == 3
+    for tag in tags:
+        a.publisher_transfer(P, tag, b"m", 0.0)
+    net.pump()
+    origins = a.origin_records()
+    assert a._recent_records() == [origins[outgoing_tag(*P, t)] for t in tags[:0:-1]]
