@@ -103,6 +103,16 @@ STORE_PARAMS = Params(**{**CI_PARAMS.__dict__, "store_failures": 0.15, "half_ope
 """CI_PARAMS with store failures and half-open connections too (other schedules than
 CI_PARAMS' for the same seed)."""
 
+# the modes the tests that check an invariant after every step run their schedules in, and
+# their ids (pytest.mark.parametrize("params", CHECK_MODES, ids=CHECK_MODE_IDS))
+CHECK_MODES = (
+    CI_PARAMS,
+    STORE_PARAMS,
+    Params(**{**CI_PARAMS.__dict__, "mode": AT_LEAST_ONCE}),
+    Params(**{**CI_PARAMS.__dict__, "unsafe": ("drop-on-settle",)}),
+)
+CHECK_MODE_IDS = ("exactly-once", "store-failures", "at-least-once", "drop-on-settle")
+
 
 @dataclass
 class Channel:

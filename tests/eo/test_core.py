@@ -4,6 +4,9 @@ which runs `TopicRouter` and so this code."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from qrouter._fast.eo_core import EoCore, split_writes, stage_writes
@@ -234,50 +237,48 @@ def test_a_peers_accept_and_seen_find_their_record_by_the_whole_tag() -> None:
     assert a.origin_records() == {} and a._recent_records() == []
 
 
-def test_the_table_of_recent_records_keeps_nearly_every_record_in_flight() -> None:
-    """EoCore._recent gives a tag's key a pair of slots (eo_core.pyx, _recent_put), so of
-    1500 records in flight it loses only those of the pairs three or more met in, 171 of
-    them (11%); with one slot per key it lost every one a later record met, 369 (25%). The
-    peers' ACCEPTs still find every record, through the dict for the lost ones."""
+def _in_flight(tags: list[bytes]) -> tuple[list[Any], dict[bytes, Any], Callable[[], None]]:
+    """A publishes `tags` to B's subscriber (all in flight): A's `_recent_records()`, its
+    origin records, and a function that has B's subscriber accept them all and checks that
+    the publisher got each ACCEPT (found through `_recent` or the dict)."""
     net = Net("AB")
     a, b = net.r["A"], net.r["B"]
     b2 = b.subscriber_attached(S2, [], 0.0)
     net.pump()
     a.publisher_attached(P, [], 0.0)
-    tags = [b"k%d" % i for i in range(1500)]
     for tag in tags:
         a.publisher_transfer(P, tag, b"m", 0.0)
     net.pump()
-    held = a._recent_records()
-    origins = a.origin_records()
+
+    def accept_all() -> None:
+        for tag in tags:
+            b.subscriber_accepted(b2, outgoing_tag(*P, tag), 0.0)
+        net.pump()
+        assert sorted(x[2] for x in net.take("accept")) == sorted(tags)
+
+    return a._recent_records(), a.origin_records(), accept_all
+
+
+def test_the_table_of_recent_records_keeps_nearly_every_record_in_flight() -> None:
+    """EoCore._recent gives a tag's key a pair of slots (eo_core.pyx, _recent_put), so of
+    1500 records in flight it loses only those of the pairs three or more met in, 171 of
+    them (11%); with one slot per key it lost every one a later record met, 369 (25%). The
+    peers' ACCEPTs still find every record, through the dict for the lost ones."""
+    tags = [b"k%d" % i for i in range(1500)]
+    held, origins, accept_all = _in_flight(tags)
     assert len(held) >= 1500 * 83 // 100, len(held)  # (one slot per key: some 75%)
     assert len({id(r) for r in held}) == len(held) and all(origins[r.out_tag] is r for r in held)
-    for tag in tags:
-        b.subscriber_accepted(b2, outgoing_tag(*P, tag), 0.0)
-    net.pump()
-    assert sorted(x[2] for x in net.take("accept")) == sorted(tags)
+    accept_all()
 
 
 def test_the_table_of_recent_records_grows_with_the_records_in_flight_and_holds_no_other() -> None:
     """EoCore._recent doubles while more records are in flight than half its slots, keeping
     what it held: every record it holds is one `_origins` holds, and an ACCEPT finds each
     record in flight, through it or through the dict."""
-    net = Net("AB")
-    a, b = net.r["A"], net.r["B"]
-    b2 = b.subscriber_attached(S2, [], 0.0)
-    net.pump()
-    a.publisher_attached(P, [], 0.0)
     tags = [b"%d" % i for i in range(1500)]
-    for tag in tags:
-        a.publisher_transfer(P, tag, b"m", 0.0)
-    net.pump()
-    held = a._recent_records()
-    origins = a.origin_records()
+    held, origins, accept_all = _in_flight(tags)
     assert len(held) > 1500 // 2 and all(origins[r.out_tag] is r for r in held)
-    for tag in tags:
-        b.subscriber_accepted(b2, outgoing_tag(*P, tag), 0.0)
-    net.pump()
-    assert sorted(x[2] for x in net.take("accept")) == sorted(tags)
+    accept_all()
 
 
 def test_the_table_of_recent_records_keeps_the_newer_two_of_a_pair() -> None:

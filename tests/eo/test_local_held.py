@@ -16,23 +16,13 @@ from typing import Any
 import pytest
 
 from qrouter._fast.eo_core import LocalRecord
-from qrouter.eo import AT_LEAST_ONCE
 from tests.eo import sim as simulation
-from tests.eo.sim import CI_PARAMS, STORE_PARAMS, Params, run
+from tests.eo.sim import CHECK_MODE_IDS, CHECK_MODES, CI_PARAMS, Params, run
 
 _EVERY = 97  # steps between the checks of every local record held so far
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        CI_PARAMS,
-        STORE_PARAMS,
-        Params(**{**CI_PARAMS.__dict__, "mode": AT_LEAST_ONCE}),
-        Params(**{**CI_PARAMS.__dict__, "unsafe": ("drop-on-settle",)}),
-    ],
-    ids=["eo", "store", "alo", "drop-on-settle"],
-)
+@pytest.mark.parametrize("params", CHECK_MODES, ids=CHECK_MODE_IDS)
 def test_a_local_record_is_marked_held_exactly_while_locals_holds_it(
     monkeypatch: pytest.MonkeyPatch, params: Params
 ) -> None:
@@ -99,25 +89,9 @@ def test_a_record_taken_out_is_no_longer_marked() -> None:
 def test_records_dropped_from_locals_are_let_go_by_the_rings_at_the_tick() -> None:
     """A subscriber detaches with records in flight (its router drops them: no subscriber
     left there); the ring of the FWDs' records held them, and bodies, until the tick."""
-    from collections import deque
+    from tools.bench.eo_state import PUB
 
-    from qrouter.eo import TopicRouter
-    from tools.bench.eo_state import PUB, _Port
-
-    wire: deque[tuple[str, str, Any]] = deque()
-    routers = {r: TopicRouter(r, _Port(wire, r), instance=1, topic="t") for r in "AB"}
-
-    def pump() -> None:
-        while wire:
-            src, dst, msg = wire.popleft()
-            routers[dst].receive(src, msg, 0.0)
-
-    routers["A"].router_up("B", 0.0)
-    routers["B"].router_up("A", 0.0)
-    pump()
-    att = routers["B"].subscriber_attached(("sub", "link"), [], 0.0, resumable=False)
-    pump()
-    routers["A"].publisher_attached(PUB, [], 0.0)
+    routers, att, pump = _pair()
     for i in range(200):
         routers["A"].publisher_transfer(PUB, i.to_bytes(4, "big"), b"x" * 100, 0.0)
     pump()
@@ -134,25 +108,9 @@ def test_a_record_delivered_at_once_is_in_its_subscribers_ring() -> None:
     """A FWD for one subscriber with nothing queued is delivered without the subscriber's queue
     (`_c_on_fwd`); its record must still go into the subscriber's ring of delivered records,
     or every accept of B's and C's common case would fall back to probing `_locals`."""
-    from collections import deque
+    from tools.bench.eo_state import PUB
 
-    from qrouter.eo import TopicRouter
-    from tools.bench.eo_state import PUB, _Port
-
-    wire: deque[tuple[str, str, Any]] = deque()
-    routers = {r: TopicRouter(r, _Port(wire, r), instance=1, topic="t") for r in "AB"}
-
-    def pump() -> None:
-        while wire:
-            src, dst, msg = wire.popleft()
-            routers[dst].receive(src, msg, 0.0)
-
-    routers["A"].router_up("B", 0.0)
-    routers["B"].router_up("A", 0.0)
-    pump()
-    routers["B"].subscriber_attached(("sub", "link"), [], 0.0, resumable=False)
-    pump()
-    routers["A"].publisher_attached(PUB, [], 0.0)
+    routers, _att, pump = _pair()
     for i in range(50):
         routers["A"].publisher_transfer(PUB, i.to_bytes(4, "big"), b"x" * 100, 0.0)
         pump()  # (one at a time: the subscriber's queue is empty at every FWD)

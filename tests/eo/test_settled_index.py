@@ -9,7 +9,7 @@ import pytest
 
 from qrouter.eo import AT_LEAST_ONCE
 from tests.eo import sim as simulation
-from tests.eo.sim import CI_PARAMS, STORE_PARAMS, Params, run
+from tests.eo.sim import CHECK_MODE_IDS, CHECK_MODES, CI_PARAMS, Params, run
 
 
 def _settled_scan(tr: object) -> dict[bytes, object]:
@@ -31,16 +31,7 @@ def _check_index(tr: object, scan: dict[bytes, object], where: str) -> None:
     assert epochs == sorted(epochs), f"{where}: out of epoch order"
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        CI_PARAMS,
-        STORE_PARAMS,
-        Params(**{**CI_PARAMS.__dict__, "mode": AT_LEAST_ONCE}),
-        Params(**{**CI_PARAMS.__dict__, "unsafe": ("drop-on-settle",)}),
-    ],
-    ids=["exactly-once", "store-failures", "at-least-once", "drop-on-settle"],
-)
+@pytest.mark.parametrize("params", CHECK_MODES, ids=CHECK_MODE_IDS)
 def test_settled_index_matches_a_scan_at_every_tick(
     params: Params, monkeypatch: pytest.MonkeyPatch
 ) -> None:
