@@ -10,12 +10,21 @@ run by p99. The routers stay up for the whole scenario; a relay is started for e
 wake-ups (voluntary context switches, /proc/PID/task/*/status) as a router's: a row's note
 gives them per message, so that a change in the wake-ups per message shows apart from a change
 in the work per wake-up.
+
+Each round of the alternation also measures what one process waking another costs on this
+machine (wakeup.c: a pipe round trip between two processes pinned to two CPUs, halved, and
+on one CPU): a message through any intermediary that sleeps between reads pays at least one
+such wake-up more than direct, so the row beside direct says how much of the p50 target's
+budget (0.3 × direct's p50 for one hop) the machine itself takes.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +32,65 @@ if TYPE_CHECKING:
     from run import Bench, Row, Run  # type: ignore[import-not-found]
 
 TARGET = "target p50 ≤ 1.3 × direct, p99 ≤ 2 × direct"
+WAKE_ROUNDS = 20_000  # round trips per wake-up measurement: about 1.6 s across two CPUs
+WAKE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Wake:
+    """One measurement of wakeup.c: one-way µs across two CPUs, and p50 on one CPU."""
+
+    cpus: tuple[int, int]
+    p50: float
+    p90: float
+    p99: float
+    same_p50: float
+
+
+def measure_wake(m: ModuleType) -> Wake:
+    """A wake-up across the first two CPUs this process may run on, and a switch on the first
+    (wakeup.c). Raises BenchError (one CPU, no compiler, the tool failed)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise m.BenchError("one CPU: there is no wake-up across CPUs to measure")
+    binary = str(m.find_wakeup())
+
+    def once(a: int, b: int) -> dict[str, str]:
+        args = [binary, str(WAKE_ROUNDS), str(a), str(b)]
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=WAKE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise m.BenchError(f"wakeup took over {WAKE_TIMEOUT_S:.0f} s") from None
+        if done.returncode:
+            raise m.BenchError(f"wakeup failed: {(done.stdout + done.stderr).strip()[-200:]}")
+        return dict(m._report("WAKEUP", done.stdout))
+
+    cross, same = once(cpus[0], cpus[1]), once(cpus[0], cpus[0])
+    return Wake(
+        (cpus[0], cpus[1]),
+        float(cross["p50_us"]),
+        float(cross["p90_us"]),
+        float(cross["p99_us"]),
+        float(same["p50_us"]),
+    )
+
+
+def wake_row(m: ModuleType, wakes: list[Wake], failed: str, direct: Run | None) -> Row:
+    """The row beside direct: the median wake-up by p50, the p50 target's budget for a hop."""
+    if not wakes:
+        return m.Row("wake-up across CPUs (one way)", note=f"failed: {failed or 'no run'}")
+    w = sorted(wakes, key=lambda x: x.p50)[len(wakes) // 2]
+    name = f"wake-up across CPUs {w.cpus[0]} and {w.cpus[1]} (one way)"
+    row = m.Row(name, p50_us=round(w.p50), p90_us=round(w.p90), p99_us=round(w.p99))
+    notes = ["a pipe round trip between two pinned processes, halved (wakeup.c)"]
+    notes.append(f"on one CPU {w.same_p50:.1f}")
+    if len(wakes) > 1:
+        notes.append("p50s " + "/".join(f"{x.p50:.1f}" for x in wakes))
+    if direct is not None and direct.p50:
+        budget = 0.3 * direct.p50
+        notes.append(f"the p50 target leaves a hop 0.3 × direct p50 = {budget:.0f} µs")
+    row.note = "; ".join(notes)
+    return row
 
 
 def kinds(spins: tuple[int, ...]) -> list[str]:
@@ -32,6 +100,11 @@ def kinds(spins: tuple[int, ...]) -> list[str]:
         out += [relay_name(hops, s) for s in spins]
         out.append(f"qrouter ({hops})")
     return out
+
+
+def median_run(rs: list[Run]) -> Run | None:
+    """The run with the median p99 (a row's run), None without runs."""
+    return sorted(rs, key=lambda r: r.p99)[len(rs) // 2] if rs else None
 
 
 def relay_name(hops: str, spin: int) -> str:
@@ -53,6 +126,8 @@ def latency(b: Bench, m: ModuleType) -> None:
     names = kinds(cfg.relay_spins)
     runs: dict[str, list[Run]] = {k: [] for k in names}
     failed: dict[str, str] = {}
+    wakes: list[Wake] = []
+    wake_failed = ""
     tag = iter(range(1_000_000))
     with ExitStack() as stack:
         routers = start_routers(m, cfg.logs, stack, failed)
@@ -75,6 +150,11 @@ def latency(b: Bench, m: ModuleType) -> None:
             return through_relays(b, m, kind, addr, count)
 
         for _ in range(cfg.repeat):
+            if not wake_failed:
+                try:
+                    wakes.append(measure_wake(m))
+                except m.BenchError as e:
+                    wake_failed = str(e)
             for kind in names:
                 if kind in failed:
                     continue
@@ -83,6 +163,7 @@ def latency(b: Bench, m: ModuleType) -> None:
                 except m.BenchError as e:
                     failed[kind] = str(e)
     rows = rows_of(m, rate, names, runs, failed)
+    rows.insert(1, wake_row(m, wakes, wake_failed, median_run(runs["direct"])))
     b.baselines.setdefault((False, rate), rows[0])
     b.rows.extend(rows)
 
@@ -163,7 +244,7 @@ def rows_of(
     median: dict[str, Run] = {}
     for k, rs in runs.items():
         if rs:
-            median[k] = sorted(rs, key=lambda r: r.p99)[len(rs) // 2]
+            median[k] = median_run(rs)
     rows = []
     for k in names:
         name = f"{k} unsettled @{rate:,}/s" if k == "direct" else f"{k} @{rate:,}/s"

@@ -38,6 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "amqp_load.c"
 RELAY_SOURCE = HERE / "byte_relay.c"  # a TCP byte relay: the least work of an intermediary
+WAKEUP_SOURCE = HERE / "wakeup.c"  # what one process waking another costs here
 CLIENT_LOAD = HERE / "client_load.py"  # the load client on qrouter.client (client_load.py)
 CHECKOUT = HERE.parents[1] if (HERE.parents[1] / "setup.py").exists() else None
 HOST = "127.0.0.1"
@@ -362,6 +363,12 @@ def find_relay() -> Path:
     """The byte_relay binary (byte_relay.c: the floor of an intermediary, issue 18), compiled
     like amqp_load; it needs only the C library."""
     return build_c(RELAY_SOURCE, "byte_relay", [[]])
+
+
+def find_wakeup() -> Path:
+    """The wakeup binary (wakeup.c: one process waking another, the floor under a hop's added
+    latency, issue 18), compiled like the relay."""
+    return build_c(WAKEUP_SOURCE, "wakeup", [[]])
 
 
 def _report(prefix: str, out: str) -> dict[str, str]:
