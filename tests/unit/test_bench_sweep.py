@@ -48,3 +48,26 @@ def test_table_has_the_relay_columns_when_relays_ran(capsys: pytest.CaptureFixtu
         "| 1,000 | 40 / 60 / 100 / 200 | 50 / 70 / 110 / 220 | 1.25 / 1.10 | 11.0 "
         "| 60 / 90 / 150 / 300 | 1.50 / 1.50 | 20.0 |"
     )
+
+
+def test_the_wake_up_line_is_printed_over_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from qrouter_tools.bench import latency
+    from qrouter_tools.bench import run as m
+    from qrouter_tools.bench.sweep import wake_line
+
+    def refuse(_m: object) -> None:
+        raise m.BenchError("one CPU: there is no wake-up across CPUs to measure")
+
+    class Fake:
+        measure_wake = staticmethod(refuse)
+
+    assert wake_line(m, Fake) == (  # type: ignore[arg-type]
+        "wake-up across CPUs: not measured (one CPU: there is no wake-up across CPUs to measure)"
+    )
+    Fake.measure_wake = staticmethod(lambda _m: latency.Wake((0, 1), 38.04, 45.0, 70.26, 1.31))
+    line = wake_line(m, Fake)  # type: ignore[arg-type]
+    assert line.startswith("wake-up across CPUs 0 and 1 (one way, wakeup.c): p50 38.0 / p99 70.3")
+    assert "on one CPU 1.3" in line
+    print_sweep([Point("direct", 1_000, 40, 60, 100, 200, None)], {}, line)
+    out = capsys.readouterr().out.splitlines()
+    assert out.index(line) == out.index(next(x for x in out if x.startswith("| rate"))) - 1

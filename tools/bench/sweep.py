@@ -7,6 +7,8 @@ when matplotlib is installed.
 Runs at one rate alternate (direct, relay, one hop, two relays, two hops, then again
 `--repeat` times) so that load from elsewhere on the machine falls on all alike; each figure
 is the median run by p99. The routers stay up for the whole sweep; relays are started per run.
+Before the ladder it measures what a wake-up across CPUs costs here (wakeup.c, latency.py),
+the least any hop through a process that sleeps adds to direct, and prints it over the table.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def sweep(b: Bench, m: ModuleType) -> None:
     plot_path = cfg.logs / "latency-sweep.png"
     points: list[Point] = []
     maxima: dict[str, float] = {}
+    wake = ""
     try:
         with (
             m.Router(cfg.logs, "sweep one hop") as one,
@@ -99,6 +102,8 @@ def sweep(b: Bench, m: ModuleType) -> None:
                 "sweep maxima (msg/s): " + ", ".join(f"{k} {v:,.0f}" for k, v in maxima.items()),
                 flush=True,
             )
+            wake = wake_line(m, latency)
+            print(wake, flush=True)
             ladder = rates(maxima["one hop"])
             for rate in ladder:
                 runs: dict[str, list[Run]] = {k: [] for k in KINDS}
@@ -116,11 +121,24 @@ def sweep(b: Bench, m: ModuleType) -> None:
     except m.BenchError as e:
         print(f"sweep failed: {e}")
     print(f"\n{m.describe(cfg)}")
-    print_sweep(points, maxima)
+    print_sweep(points, maxima, wake)
     plot(points, plot_path)
 
 
-def print_sweep(points: list[Point], maxima: dict[str, float]) -> None:
+def wake_line(m: ModuleType, latency: ModuleType) -> str:
+    """One line: a wake-up across CPUs on this machine (latency.measure_wake), or why not."""
+    try:
+        w = latency.measure_wake(m)
+    except m.BenchError as e:
+        return f"wake-up across CPUs: not measured ({e})"
+    return (
+        f"wake-up across CPUs {w.cpus[0]} and {w.cpus[1]} (one way, wakeup.c): p50 {w.p50:.1f}"
+        f" / p99 {w.p99:.1f} µs, on one CPU {w.same_p50:.1f}: the least a hop through a"
+        " process that sleeps adds to direct"
+    )
+
+
+def print_sweep(points: list[Point], maxima: dict[str, float], wake: str = "") -> None:
     """Markdown: one line per rate; each kind's p50/p90/p99/p99.9 µs, the router and relay
     kinds' p50 and p99 as × direct, and their CPU µs per message (kinds without a point are
     left out)."""
@@ -132,6 +150,8 @@ def print_sweep(points: list[Point], maxima: dict[str, float]) -> None:
     print("latency sweep (µs, one-way, unsettled; median run by p99)")
     if maxima:
         print("maxima msg/s: " + ", ".join(f"{k} {v:,.0f}" for k, v in maxima.items()))
+    if wake:
+        print(wake)
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for rate in sorted({p.rate for p in points}):
