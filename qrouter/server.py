@@ -29,11 +29,34 @@ log = logging.getLogger("qrouter.server")
 # the other connections read in the same iteration. Under load reads are larger and output
 # stays one write per connection per iteration (docs/performance.md, latency).
 FLUSH_NOW_BYTES = 2048
+# A closed connection's socket reads on, and drops what it reads, until the peer closes its
+# side or this many seconds have passed (linger_close).
+LINGER_S = 2.0
 
 # Control frames (ATTACH, DETACH, BEGIN, ...: Python each, tens of µs) one connection may have
 # handled per loop turn; the rest wait their turn, so a peer's burst of thousands of attaches
 # delays the others by about a millisecond, not by the whole burst.
 CONTROL_BUDGET = 32
+
+
+def linger_close(transport: asyncio.BaseTransport) -> None:
+    """Close a connection's socket once our CLOSE is in it. 2.4.3: having sent CLOSE, an
+    endpoint reads on until the partner's. Closing a socket with bytes unread in it sends a
+    reset, not a FIN, and a peer still writing (the rest of an oversized message, say) then
+    sees its next write fail, and may drop our CLOSE and its error unread. So the socket is
+    half-closed at once (the peer reads the CLOSE, then the end), what still arrives is read
+    and dropped (the engine's connection is closed: its feed takes nothing), and the socket
+    is closed when the peer closes its side (eof_received) or after LINGER_S. A transport
+    that cannot half-close (TLS) is closed at once, as before."""
+    if transport.is_closing():
+        return
+    try:
+        transport.write_eof()  # type: ignore[attr-defined]
+        transport.resume_reading()  # type: ignore[attr-defined]
+    except (AttributeError, NotImplementedError, OSError, RuntimeError):
+        transport.close()
+        return
+    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
 class AmqpProtocol(asyncio.Protocol):
@@ -297,6 +320,7 @@ class Server:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.core.engine.schedule = loop.call_soon
+        self.core.engine.close_transport = linger_close
         if self.config.busy_poll_us > 0:
             AmqpProtocol.busy = BusyPoll(self.config.busy_poll_us, loop)
             log.info(

@@ -357,8 +357,12 @@ cdef class Connection:
             self.last_write = monotonic()
             self.transport.write(self.out.take())
         if self.closing and self.transport is not None:
-            self.transport.close()
+            t = self.transport
             self.transport = None
+            if self.router.close_transport is not None:
+                self.router.close_transport(t)    # the server's: reads on for the peer's end
+            else:
+                t.close()
         return 0
 
     cdef int write_frame(self, int ftype, uint16_t channel, int code, dict fields) except -1:

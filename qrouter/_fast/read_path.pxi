@@ -45,7 +45,7 @@ cdef class ReadGate:
 
     def data_received(self, data):
         cdef Connection c = self.conn
-        if c is None:
+        if c is None or c.state == CS_CLOSED:  # closed: the socket lingers (server.py)
             return
         if read_received(c, data, self.flush_now) or self.slow or \
                 c.remote_idle_timeout_ms != self.tick_remote:

@@ -16,6 +16,7 @@ cdef class Router:
     cdef dict addresses              # name -> Address (only while links use it)
     cdef list dirty                  # connections with output to write
     cdef public object schedule      # callable(callback): run callback soon (loop.call_soon)
+    cdef public object close_transport  # callable(transport) after our CLOSE; None: close()
     cdef bint flush_scheduled
     cdef bint eager                  # read_path.pxi: a small read is fed, its flush follows
     cdef public int64_t link_capacity

@@ -6,6 +6,7 @@ flowing."""
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -183,4 +184,29 @@ def test_nested_performative_closes_that_connection(router: Any, blocking: Any) 
     assert close and close[0].error()[0] == "amqp:decode-error", frames
     assert "nesting" in (close[0].error()[1] or "")
     steady("after")
+    r.check_running()
+
+
+def test_a_failed_peer_still_writing_reads_the_close_not_a_reset(router: Any) -> None:
+    """2.4.3: having sent CLOSE, the router reads on until the peer closes its side (or
+    LINGER_S). A peer still writing when its connection fails (the rest of an oversized
+    message, say) must not meet a reset: its write would fail first, and a client that gives
+    up on a write error (proton did, in a CI run of the 600 KB test above) never reads the
+    CLOSE and its error. Here the peer's writes after the failure all succeed, then it reads
+    the CLOSE with amqp:connection:framing-error and the end of the stream."""
+    r = router()
+    bad = AMQP_HEADER + open_frame() + b"\x00\x00\x00\x04\x02\x00\x00\x00"  # a 4-byte frame
+    out = bytearray()
+    with socket.create_connection(("127.0.0.1", r.port), timeout=10) as s:
+        s.sendall(bad)
+        # the router fails the connection at once: go on writing after it did, as a peer in
+        # the middle of a message would (a reset makes one of these raise ConnectionError)
+        for _ in range(50):
+            s.sendall(b"\x00" * 4096)
+            time.sleep(0.01)
+        while chunk := s.recv(65536):
+            out += chunk
+    _, frames = parse_output(bytes(out[8:]))
+    close = [f for f in frames if f.code == CLOSE]
+    assert close and close[0].error()[0] == "amqp:connection:framing-error", frames
     r.check_running()
