@@ -30,8 +30,9 @@ log = logging.getLogger("qrouter.server")
 # stays one write per connection per iteration (docs/performance.md, latency).
 FLUSH_NOW_BYTES = 2048
 # A closed connection's socket reads on, and drops what it reads, until the peer closes its
-# side or this many seconds have passed (linger_close).
+# side, this many seconds have passed or it has dropped this many bytes (linger_close).
 LINGER_S = 2.0
+LINGER_BYTES = 1 << 20
 
 # Control frames (ATTACH, DETACH, BEGIN, ...: Python each, tens of µs) one connection may have
 # handled per loop turn; the rest wait their turn, so a peer's burst of thousands of attaches
@@ -46,16 +47,23 @@ def linger_close(transport: asyncio.BaseTransport) -> None:
     sees its next write fail, and may drop our CLOSE and its error unread. So the socket is
     half-closed at once (the peer reads the CLOSE, then the end), what still arrives is read
     and dropped (the engine's connection is closed: its feed takes nothing), and the socket
-    is closed when the peer closes its side (eof_received) or after LINGER_S. A transport
-    that cannot half-close (TLS) is closed at once, as before."""
+    is closed when the peer closes its side (eof_received), after LINGER_S, or once
+    LINGER_BYTES are dropped (the read gate counts them), so a peer that keeps on sending
+    costs at most that. A transport that cannot half-close (TLS) is closed at once, as
+    before."""
     if transport.is_closing():
         return
+    protocol = transport.get_protocol()  # type: ignore[attr-defined]
+    gate = getattr(protocol, "gate", None)
     try:
         transport.write_eof()  # type: ignore[attr-defined]
-        transport.resume_reading()  # type: ignore[attr-defined]
     except (AttributeError, NotImplementedError, OSError, RuntimeError):
         transport.close()
         return
+    if gate is not None:
+        gate.lingering = transport
+        gate.linger_left = LINGER_BYTES
+    transport.resume_reading()  # type: ignore[attr-defined]
     asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
@@ -204,6 +212,7 @@ class AmqpProtocol(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         self.gate.after = None  # the protocol and its gate refer to each other: no more
+        self.gate.lingering = None
         if self.busy is not None:
             self.busy.remove(self.fd)
             self.fd = -1

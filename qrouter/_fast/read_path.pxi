@@ -38,6 +38,8 @@ cdef class ReadGate:
     cdef public Py_ssize_t flush_now   # the server's FLUSH_NOW_BYTES
     cdef public bint slow              # call `after` after every read
     cdef public uint32_t tick_remote   # the idle-time-out the protocol's timer was armed for
+    cdef public object lingering       # the transport of a closed connection that reads on
+    cdef public Py_ssize_t linger_left  # bytes it may still read and drop (server.linger_close)
 
     def __init__(self, after, Py_ssize_t flush_now):
         self.after = after
@@ -45,7 +47,15 @@ cdef class ReadGate:
 
     def data_received(self, data):
         cdef Connection c = self.conn
-        if c is None or c.state == CS_CLOSED:  # closed: the socket lingers (server.py)
+        if c is None:
+            return
+        if c.state == CS_CLOSED:               # closed: the socket lingers (server.py)
+            if self.lingering is not None:
+                self.linger_left -= len(data)
+                if self.linger_left < 0:       # a peer that keeps on: no more is read
+                    t = self.lingering
+                    self.lingering = None
+                    t.close()
             return
         if read_received(c, data, self.flush_now) or self.slow or \
                 c.remote_idle_timeout_ms != self.tick_remote:
