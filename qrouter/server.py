@@ -55,14 +55,16 @@ def linger_close(transport: asyncio.BaseTransport) -> None:
         return
     protocol = transport.get_protocol()  # type: ignore[attr-defined]
     gate = getattr(protocol, "gate", None)
+    if gate is None:  # nothing would count the bytes it drops: closed at once, as before
+        transport.close()
+        return
     try:
         transport.write_eof()  # type: ignore[attr-defined]
     except (AttributeError, NotImplementedError, OSError, RuntimeError):
         transport.close()
         return
-    if gate is not None:
-        gate.lingering = transport
-        gate.linger_left = LINGER_BYTES
+    gate.lingering = transport
+    gate.linger_left = LINGER_BYTES
     transport.resume_reading()  # type: ignore[attr-defined]
     asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
